@@ -1,0 +1,51 @@
+// Plain description of one eqx_quant_fp8_quantize call, shared by the FFI
+// layer (which builds it from XLA buffers) and the kernels (which run it).
+// No XLA types.
+//
+// Each of the `batch` examples is viewed as a row-major 2-D matrix of
+// rows x cols (= prod(S[:flatten_axis]) x prod(S[flatten_axis:])).
+
+#ifndef EQX_QUANT_CSRC_COMMON_FP8_QUANTIZE_PROBLEM_H_
+#define EQX_QUANT_CSRC_COMMON_FP8_QUANTIZE_PROBLEM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/fp8_format.h"
+
+namespace eqx_quant {
+
+// Element type of the high-precision input.
+enum class InputType { kF32, kF16, kBF16 };
+
+struct Fp8QuantizeProblem {
+  InputType input_type = InputType::kF32;
+  Fp8Format format = Fp8Format::kE4M3Fn;
+  int64_t batch = 1;  // number of examples (product of the batch dims)
+  int64_t rows = 1;   // M per example
+  int64_t cols = 1;   // N per example
+  bool rowwise = false;
+  bool colwise = false;
+  bool with_dbias = false;
+  // dbias: the rows of an example are indexed by S[:flatten_axis]; the first
+  // dbias_keep of those axes are kept (dbias_kept_rows = their product) and
+  // the rest, dbias_reduced_dims = S[dbias_keep:flatten_axis], are reduced.
+  // dbias_kept_rows * prod(dbias_reduced_dims) == rows.
+  int64_t dbias_kept_rows = 1;
+  std::vector<int64_t> dbias_reduced_dims;
+};
+
+// Data pointers for one call; the per-example blocks are contiguous.
+struct Fp8QuantizeBuffers {
+  const void* x = nullptr;       // batch x rows x cols, of InputType
+  const float* scale = nullptr;  // batch
+  uint8_t* row = nullptr;        // batch x rows x cols, if rowwise
+  uint8_t* col = nullptr;        // batch x cols x rows, if colwise
+  float* scale_inv = nullptr;    // batch
+  float* amax = nullptr;         // batch
+  float* dbias = nullptr;  // batch x dbias_kept_rows x cols, if with_dbias
+};
+
+}  // namespace eqx_quant
+
+#endif  // EQX_QUANT_CSRC_COMMON_FP8_QUANTIZE_PROBLEM_H_

@@ -1,0 +1,257 @@
+#include "ffi/fp8_quantize_args.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace eqx_quant {
+namespace {
+
+namespace ffi = xla::ffi;
+
+constexpr char kOpPrefix[] = "eqx_quant_fp8_quantize: ";
+
+std::string DataTypeName(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::F32:
+      return "f32";
+    case ffi::DataType::F16:
+      return "f16";
+    case ffi::DataType::BF16:
+      return "bf16";
+    case ffi::DataType::F64:
+      return "f64";
+    case ffi::DataType::F8E4M3FN:
+      return "f8e4m3fn";
+    case ffi::DataType::F8E5M2:
+      return "f8e5m2";
+    case ffi::DataType::PRED:
+      return "bool";
+    case ffi::DataType::S8:
+      return "s8";
+    case ffi::DataType::S16:
+      return "s16";
+    case ffi::DataType::S32:
+      return "s32";
+    case ffi::DataType::S64:
+      return "s64";
+    case ffi::DataType::U8:
+      return "u8";
+    case ffi::DataType::U16:
+      return "u16";
+    case ffi::DataType::U32:
+      return "u32";
+    case ffi::DataType::U64:
+      return "u64";
+    default:
+      return "dtype#" + std::to_string(static_cast<int>(type));
+  }
+}
+
+std::string ShapeString(ffi::Span<const int64_t> dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) text += ",";
+    text += std::to_string(dims[i]);
+  }
+  return text + "]";
+}
+
+std::string BoolString(bool value) { return value ? "true" : "false"; }
+
+ffi::Error InvalidArgument(const std::string& message) {
+  return ffi::Error::InvalidArgument(kOpPrefix + message);
+}
+
+// Error if `dims` differs from `expected`; `what` says how `expected` was
+// derived, for the message.
+std::optional<ffi::Error> CheckShape(const char* name,
+                                     ffi::Span<const int64_t> dims,
+                                     const std::vector<int64_t>& expected,
+                                     const std::string& what) {
+  if (dims == ffi::Span<const int64_t>(expected)) return std::nullopt;
+  return InvalidArgument(std::string(name) + " has shape " + ShapeString(dims) +
+                         " but expected " + ShapeString(expected) + " (" +
+                         what + ")");
+}
+
+std::vector<int64_t> Concat(
+    std::initializer_list<ffi::Span<const int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (ffi::Span<const int64_t> part : parts) {
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+int64_t Product(ffi::Span<const int64_t> dims) {
+  int64_t product = 1;
+  for (int64_t dim : dims) product *= dim;
+  return product;
+}
+
+std::optional<Fp8Format> Fp8FormatOf(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::F8E4M3FN:
+      return Fp8Format::kE4M3Fn;
+    case ffi::DataType::F8E5M2:
+      return Fp8Format::kE5M2;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
+    const ffi::AnyBuffer& x, const ffi::Buffer<ffi::F32>& scale,
+    const ffi::AnyBuffer& row, const ffi::AnyBuffer& col,
+    const ffi::Buffer<ffi::F32>& scale_inv, const ffi::Buffer<ffi::F32>& amax,
+    const ffi::Buffer<ffi::F32>& dbias, const Fp8QuantizeAttrs& attrs) {
+  Fp8QuantizeProblem problem;
+
+  // Input element type.
+  switch (x.element_type()) {
+    case ffi::DataType::F32:
+      problem.input_type = InputType::kF32;
+      break;
+    case ffi::DataType::F16:
+      problem.input_type = InputType::kF16;
+      break;
+    case ffi::DataType::BF16:
+      problem.input_type = InputType::kBF16;
+      break;
+    default:
+      return InvalidArgument("x has element type " +
+                             DataTypeName(x.element_type()) +
+                             " but expected f32, f16 or bf16");
+  }
+
+  // Attributes.
+  const ffi::Span<const int64_t> x_dims = x.dimensions();
+  const int64_t x_rank = static_cast<int64_t>(x_dims.size());
+  if (attrs.n_batch < 0 || attrs.n_batch > x_rank) {
+    return InvalidArgument("n_batch=" + std::to_string(attrs.n_batch) +
+                           " is out of range [0, " + std::to_string(x_rank) +
+                           "] for x of shape " + ShapeString(x_dims));
+  }
+  const int64_t example_rank = x_rank - attrs.n_batch;
+  if (attrs.flatten_axis < 0 || attrs.flatten_axis > example_rank) {
+    return InvalidArgument(
+        "flatten_axis=" + std::to_string(attrs.flatten_axis) +
+        " is out of range [0, " + std::to_string(example_rank) +
+        "] for x of shape " + ShapeString(x_dims) +
+        " with n_batch=" + std::to_string(attrs.n_batch));
+  }
+  if (attrs.dbias_keep < 0 || attrs.dbias_keep > attrs.flatten_axis) {
+    return InvalidArgument("dbias_keep=" + std::to_string(attrs.dbias_keep) +
+                           " is out of range [0, flatten_axis=" +
+                           std::to_string(attrs.flatten_axis) + "]");
+  }
+  if (!attrs.rowwise && !attrs.colwise) {
+    return InvalidArgument(
+        "rowwise and colwise are both false; at least one is required");
+  }
+
+  // Shape pieces: B, S[:keep], S[keep:fa], S[fa:].
+  const size_t n_batch = static_cast<size_t>(attrs.n_batch);
+  const size_t fa = n_batch + static_cast<size_t>(attrs.flatten_axis);
+  const size_t keep = n_batch + static_cast<size_t>(attrs.dbias_keep);
+  const ffi::Span<const int64_t> batch_dims = x_dims.first(n_batch);
+  const ffi::Span<const int64_t> row_dims(x_dims.begin() + n_batch,
+                                          fa - n_batch);
+  const ffi::Span<const int64_t> kept_dims(x_dims.begin() + n_batch,
+                                           keep - n_batch);
+  const ffi::Span<const int64_t> reduced_dims(x_dims.begin() + keep, fa - keep);
+  const ffi::Span<const int64_t> col_dims = x_dims.last(x_dims.size() - fa);
+  const std::vector<int64_t> empty_shape = {0};
+  const std::vector<int64_t> one = {1};
+
+  // Per-example operands.
+  const std::vector<int64_t> per_example = Concat({batch_dims, one});
+  if (auto error =
+          CheckShape("scale", scale.dimensions(), per_example, "B + (1,)")) {
+    return *error;
+  }
+  if (auto error = CheckShape("scale_inv", scale_inv.dimensions(), per_example,
+                              "B + (1,)")) {
+    return *error;
+  }
+  if (auto error =
+          CheckShape("amax", amax.dimensions(), per_example, "B + (1,)")) {
+    return *error;
+  }
+
+  // Quantized outputs.
+  const std::string rowwise_note = "rowwise=" + BoolString(attrs.rowwise);
+  const std::string colwise_note = "colwise=" + BoolString(attrs.colwise);
+  if (attrs.rowwise) {
+    if (auto error = CheckShape("row", row.dimensions(), Concat({x_dims}),
+                                "B + S, " + rowwise_note)) {
+      return *error;
+    }
+  } else if (auto error = CheckShape("row", row.dimensions(), empty_shape,
+                                     rowwise_note)) {
+    return *error;
+  }
+  if (attrs.colwise) {
+    if (auto error = CheckShape(
+            "col", col.dimensions(), Concat({batch_dims, col_dims, row_dims}),
+            "B + S[flatten_axis:] + S[:flatten_axis], " + colwise_note)) {
+      return *error;
+    }
+  } else if (auto error = CheckShape("col", col.dimensions(), empty_shape,
+                                     colwise_note)) {
+    return *error;
+  }
+
+  // FP8 type: from the enabled quantized outputs.
+  const ffi::DataType fp8_type =
+      attrs.rowwise ? row.element_type() : col.element_type();
+  const char* fp8_source = attrs.rowwise ? "row" : "col";
+  std::optional<Fp8Format> format = Fp8FormatOf(fp8_type);
+  if (!format.has_value()) {
+    return InvalidArgument(std::string(fp8_source) + " has element type " +
+                           DataTypeName(fp8_type) +
+                           " but expected f8e4m3fn or f8e5m2");
+  }
+  if (attrs.rowwise && attrs.colwise && col.element_type() != fp8_type) {
+    return InvalidArgument("col has element type " +
+                           DataTypeName(col.element_type()) + " but expected " +
+                           DataTypeName(fp8_type) +
+                           " (the element type of row)");
+  }
+
+  // dbias.
+  const std::string dbias_note = "with_dbias=" + BoolString(attrs.with_dbias);
+  if (attrs.with_dbias) {
+    if (auto error = CheckShape(
+            "dbias", dbias.dimensions(),
+            Concat({batch_dims, kept_dims, col_dims}),
+            "B + S[:dbias_keep] + S[flatten_axis:], dbias_keep=" +
+                std::to_string(attrs.dbias_keep) + ", " + dbias_note)) {
+      return *error;
+    }
+  } else if (auto error = CheckShape("dbias", dbias.dimensions(), empty_shape,
+                                     dbias_note)) {
+    return *error;
+  }
+
+  problem.format = *format;
+  problem.batch = Product(batch_dims);
+  problem.rows = Product(row_dims);
+  problem.cols = Product(col_dims);
+  problem.rowwise = attrs.rowwise;
+  problem.colwise = attrs.colwise;
+  problem.with_dbias = attrs.with_dbias;
+  problem.dbias_kept_rows = Product(kept_dims);
+  problem.dbias_reduced_dims.assign(reduced_dims.begin(), reduced_dims.end());
+  return problem;
+}
+
+}  // namespace eqx_quant

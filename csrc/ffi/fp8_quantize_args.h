@@ -1,0 +1,38 @@
+// Validation of the operands of eqx_quant_fp8_quantize (shared by the CPU and
+// CUDA handlers) and their translation into the XLA-free Fp8QuantizeProblem.
+
+#ifndef EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_ARGS_H_
+#define EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_ARGS_H_
+
+#include <cstdint>
+
+#include "common/fp8_quantize_problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace eqx_quant {
+
+// The attributes of the op, as bound in fp8_quantize_binding.h.
+struct Fp8QuantizeAttrs {
+  int64_t n_batch = 0;
+  int64_t flatten_axis = 0;
+  int64_t dbias_keep = 0;
+  bool rowwise = false;
+  bool colwise = false;
+  bool with_dbias = false;
+};
+
+// Checks every rank, dimension and element type against the op's contract
+// and returns the problem description, or an InvalidArgument error whose
+// message starts with "eqx_quant_fp8_quantize: " and names the offending
+// operand with its expected and actual shape or type.
+xla::ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
+    const xla::ffi::AnyBuffer& x, const xla::ffi::Buffer<xla::ffi::F32>& scale,
+    const xla::ffi::AnyBuffer& row, const xla::ffi::AnyBuffer& col,
+    const xla::ffi::Buffer<xla::ffi::F32>& scale_inv,
+    const xla::ffi::Buffer<xla::ffi::F32>& amax,
+    const xla::ffi::Buffer<xla::ffi::F32>& dbias,
+    const Fp8QuantizeAttrs& attrs);
+
+}  // namespace eqx_quant
+
+#endif  // EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_ARGS_H_

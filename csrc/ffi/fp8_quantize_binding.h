@@ -1,0 +1,61 @@
+// The single XLA FFI binding schema of eqx_quant_fp8_quantize, shared by the
+// CPU and CUDA handlers. B = batch dims (the first n_batch dims of x), S = the
+// per-example shape, fa = flatten_axis. Operands, in order:
+//
+//   Arg 0  x          AnyBuffer    F32 | F16 | BF16, shape B + S
+//   Arg 1  scale      Buffer<F32>  B + (1,)
+//   Ret 0  row        AnyBuffer    F8E4M3FN | F8E5M2;
+//                                  B + S if rowwise, else (0,)
+//   Ret 1  col        AnyBuffer    same FP8 type;
+//                                  B + S[fa:] + S[:fa] if colwise, else (0,)
+//   Ret 2  scale_inv  Buffer<F32>  B + (1,)
+//   Ret 3  amax       Buffer<F32>  B + (1,)
+//   Ret 4  dbias      Buffer<F32>  B + S[:dbias_keep] + S[fa:] if with_dbias,
+//                                  else (0,)
+//   Attrs  n_batch: int64, flatten_axis: int64, dbias_keep: int64,
+//          rowwise: bool, colwise: bool, with_dbias: bool
+//
+// A handler implementation bound with this schema has the parameters
+// (after any context parameters, e.g. the CUDA stream):
+//   xla::ffi::AnyBuffer x, xla::ffi::Buffer<xla::ffi::F32> scale,
+//   xla::ffi::Result<xla::ffi::AnyBuffer> row,
+//   xla::ffi::Result<xla::ffi::AnyBuffer> col,
+//   xla::ffi::ResultBuffer<xla::ffi::F32> scale_inv,
+//   xla::ffi::ResultBuffer<xla::ffi::F32> amax,
+//   xla::ffi::ResultBuffer<xla::ffi::F32> dbias,
+//   int64_t n_batch, int64_t flatten_axis, int64_t dbias_keep,
+//   bool rowwise, bool colwise, bool with_dbias
+
+#ifndef EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
+#define EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
+
+#include <cstdint>
+#include <utility>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace eqx_quant {
+
+// Appends the operands above to `binding`: pass xla::ffi::Ffi::Bind() for the
+// CPU handler, or Bind() with the platform stream context already added.
+template <typename Binding>
+auto BindFp8QuantizeOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()              // x
+      .template Arg<xla::ffi::Buffer<xla::ffi::F32>>()  // scale
+      .template Ret<xla::ffi::AnyBuffer>()              // row
+      .template Ret<xla::ffi::AnyBuffer>()              // col
+      .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // scale_inv
+      .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // amax
+      .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // dbias
+      .template Attr<int64_t>("n_batch")
+      .template Attr<int64_t>("flatten_axis")
+      .template Attr<int64_t>("dbias_keep")
+      .template Attr<bool>("rowwise")
+      .template Attr<bool>("colwise")
+      .template Attr<bool>("with_dbias");
+}
+
+}  // namespace eqx_quant
+
+#endif  // EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_

@@ -1,0 +1,306 @@
+#include "kernels/fp8_quantize_cpu.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
+#include "common/tree_sum.h"
+
+namespace eqx_quant::cpu {
+namespace {
+
+// An example is processed in panels of up to kPanelCols columns (whole rows
+// when only the rowwise cast is asked for). Within a panel the rows are read
+// in increasing order, so x is streamed in runs of kPanelCols elements.
+constexpr int64_t kPanelCols = 2048;
+// The colwise (transposed) output is produced kTileRows rows at a time: the
+// FP8 bytes of kTileRows consecutive rows of the panel are staged in a buffer,
+// then written out transposed, one contiguous kTileRows-byte run (one cache
+// line) per output row. The staging rows are padded by kStagingPad bytes so
+// that reading a staged column does not hit a single L1 set.
+constexpr int64_t kTileRows = 64;
+constexpr int64_t kStagingPad = 64;
+
+// Magnitude bits of an f32 with NaN mapped to 0. For non-negative floats the
+// integer order of the bit patterns is the numeric order, so the max of these
+// is the bit pattern of the NaN-ignoring max |x| (fmaxf semantics), and it is
+// immune to denormals-are-zero.
+// (Written with a mask, not a select: GCC 12 vectorises the max reduction
+// only in this form.)
+inline uint32_t AmaxKey(float value) {
+  const uint32_t magnitude = FloatToBits(value) & 0x7FFFFFFFu;
+  const uint32_t not_nan_mask =
+      0u - static_cast<uint32_t>(magnitude <= 0x7F800000u);
+  return magnitude & not_nan_mask;
+}
+
+struct F32Input {
+  using Storage = float;
+  static float ToFloat(float value) { return value; }
+};
+struct F16Input {
+  using Storage = uint16_t;
+  static float ToFloat(uint16_t bits) { return F16BitsToFloat(bits); }
+};
+struct Bf16Input {
+  using Storage = uint16_t;
+  static float ToFloat(uint16_t bits) { return Bf16BitsToFloat(bits); }
+};
+
+// The element loop: converts `count` inputs, casts float(x) * scale to FP8
+// into `bytes`, optionally stores float(x) in `values`, and returns the
+// running amax key. Branch-free per element so that it vectorises; the FP8
+// rounding needs per-lane variable shifts, which x86-64's baseline SSE2
+// lacks, so on x86-64 an AVX2 copy is also compiled and picked at run time.
+template <typename Input, typename Format, bool kKeepValues>
+inline __attribute__((always_inline)) uint32_t QuantizeSpanBody(
+    const typename Input::Storage* __restrict src, int64_t count, float scale,
+    uint8_t* __restrict bytes, float* __restrict values, uint32_t amax_key) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float value = Input::ToFloat(src[j]);
+    if constexpr (kKeepValues) values[j] = value;
+    amax_key = std::max(amax_key, AmaxKey(value));
+    bytes[j] = FloatToFp8<Format>(value * scale);
+  }
+  return amax_key;
+}
+
+template <typename Input>
+using QuantizeSpanFn = uint32_t (*)(const typename Input::Storage*, int64_t,
+                                    float, uint8_t*, float*, uint32_t);
+
+template <typename Input, typename Format, bool kKeepValues>
+uint32_t QuantizeSpanGeneric(const typename Input::Storage* src, int64_t count,
+                             float scale, uint8_t* bytes, float* values,
+                             uint32_t amax_key) {
+  return QuantizeSpanBody<Input, Format, kKeepValues>(src, count, scale, bytes,
+                                                      values, amax_key);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define EQXQ_CPU_AVX2_VARIANT 1
+template <typename Input, typename Format, bool kKeepValues>
+__attribute__((target("avx2"))) uint32_t
+QuantizeSpanAvx2(const typename Input::Storage* src, int64_t count, float scale,
+                 uint8_t* bytes, float* values, uint32_t amax_key) {
+  return QuantizeSpanBody<Input, Format, kKeepValues>(src, count, scale, bytes,
+                                                      values, amax_key);
+}
+#endif
+
+// The fastest element loop this CPU can run.
+template <typename Input, typename Format, bool kKeepValues>
+QuantizeSpanFn<Input> SelectQuantizeSpan() {
+#if defined(EQXQ_CPU_AVX2_VARIANT)
+  if (__builtin_cpu_supports("avx2")) {
+    return &QuantizeSpanAvx2<Input, Format, kKeepValues>;
+  }
+#endif
+  return &QuantizeSpanGeneric<Input, Format, kKeepValues>;
+}
+
+// Quantizes one example, a panel of columns at a time. Within a panel the
+// rows must be visited in increasing order (directly, or as the leaves of the
+// dbias tree), each exactly once.
+template <typename Input, typename Format, bool kKeepValues>
+class PanelQuantizer {
+ public:
+  // `staging` must hold kTileRows * (kPanelCols + kStagingPad) bytes if
+  // col_out is non-null.
+  PanelQuantizer(const typename Input::Storage* x, int64_t rows, int64_t cols,
+                 float scale, uint8_t* row_out, uint8_t* col_out,
+                 uint8_t* staging)
+      : x_(x),
+        rows_(rows),
+        cols_(cols),
+        scale_(scale),
+        row_out_(row_out),
+        col_out_(col_out),
+        staging_(staging),
+        quantize_span_(SelectQuantizeSpan<Input, Format, kKeepValues>()) {}
+
+  void StartPanel(int64_t first_col, int64_t width) {
+    first_col_ = first_col;
+    width_ = width;
+    tile_rows_ = 0;
+  }
+
+  // Processes columns [first_col, first_col + width) of row r, the next row
+  // of the panel. Writes float(x) to `values` if kKeepValues.
+  void operator()(int64_t r, float* values) {
+    const typename Input::Storage* src = x_ + r * cols_ + first_col_;
+    if (col_out_ == nullptr) {  // rowwise only: cast straight into `row`
+      amax_key_ =
+          quantize_span_(src, width_, scale_, row_out_ + r * cols_ + first_col_,
+                         values, amax_key_);
+      return;
+    }
+    if (tile_rows_ == 0) tile_first_row_ = r;
+    uint8_t* staged = staging_ + tile_rows_ * kStagingStride;
+    amax_key_ = quantize_span_(src, width_, scale_, staged, values, amax_key_);
+    if (row_out_ != nullptr) {
+      std::memcpy(row_out_ + r * cols_ + first_col_, staged, width_);
+    }
+    if (++tile_rows_ == kTileRows) FlushTile();
+  }
+
+  // Call after the last row of a panel.
+  void FinishPanel() {
+    if (tile_rows_ > 0) FlushTile();
+  }
+
+  float amax() const { return BitsToFloat(amax_key_); }
+
+ private:
+  static constexpr int64_t kStagingStride = kPanelCols + kStagingPad;
+
+  // Writes the staged rows [tile_first_row, + tile_rows) to the transposed
+  // output: col[(first_col + j) * rows + tile_first_row + i] = staged[i][j].
+  void FlushTile() {
+    for (int64_t j = 0; j < width_; ++j) {
+      uint8_t* __restrict dst =
+          col_out_ + (first_col_ + j) * rows_ + tile_first_row_;
+      const uint8_t* __restrict src = staging_ + j;
+      for (int64_t i = 0; i < tile_rows_; ++i) dst[i] = src[i * kStagingStride];
+    }
+    tile_rows_ = 0;
+  }
+
+  const typename Input::Storage* x_;
+  int64_t rows_;
+  int64_t cols_;
+  float scale_;
+  uint8_t* row_out_;
+  uint8_t* col_out_;
+  uint8_t* staging_;
+  QuantizeSpanFn<Input> quantize_span_;
+  int64_t first_col_ = 0;
+  int64_t width_ = 0;
+  uint32_t amax_key_ = 0;
+  int64_t tile_first_row_ = 0;
+  int64_t tile_rows_ = 0;
+};
+
+// Buffers reused across the examples of one call.
+struct Workspace {
+  std::vector<uint8_t> staging;  // transposition staging
+  std::vector<float> tree;       // dbias tree partial vectors
+};
+
+template <typename Input, typename Format, bool kKeepValues>
+void QuantizeExample(const Fp8QuantizeProblem& problem,
+                     const typename Input::Storage* x, float scale,
+                     uint8_t* row_out, uint8_t* col_out, float* dbias_out,
+                     Workspace& workspace, float* amax_out) {
+  const int64_t rows = problem.rows;
+  const int64_t cols = problem.cols;
+  if (col_out != nullptr) {
+    workspace.staging.resize(kTileRows * (kPanelCols + kStagingPad));
+  }
+  PanelQuantizer<Input, Format, kKeepValues> quantizer(
+      x, rows, cols, scale, row_out, col_out, workspace.staging.data());
+  const int64_t panel = (col_out != nullptr || kKeepValues)
+                            ? kPanelCols
+                            : std::max<int64_t>(cols, 1);
+
+  if constexpr (!kKeepValues) {
+    for (int64_t first_col = 0; first_col < cols; first_col += panel) {
+      quantizer.StartPanel(first_col, std::min(panel, cols - first_col));
+      for (int64_t r = 0; r < rows; ++r) quantizer(r, nullptr);
+      quantizer.FinishPanel();
+    }
+  } else {
+    // For every panel and every kept row index, the nested tree over the
+    // reduced axes; its leaves are the rows, in increasing order.
+    const int64_t* reduced_dims = problem.dbias_reduced_dims.data();
+    const int num_reduced = static_cast<int>(problem.dbias_reduced_dims.size());
+    int64_t reduced_rows = 1;
+    for (int64_t dim : problem.dbias_reduced_dims) reduced_rows *= dim;
+    const int64_t vectors = std::max<int64_t>(
+        1, NestedTreeSumScratchVectors(reduced_dims, num_reduced));
+    workspace.tree.resize(static_cast<size_t>(vectors * panel));
+    for (int64_t first_col = 0; first_col < cols; first_col += panel) {
+      const int64_t width = std::min(panel, cols - first_col);
+      quantizer.StartPanel(first_col, width);
+      for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
+        NestedTreeSum(reduced_dims, num_reduced, kept * reduced_rows, width,
+                      quantizer, dbias_out + kept * cols + first_col,
+                      workspace.tree.data());
+      }
+      quantizer.FinishPanel();
+    }
+  }
+  *amax_out = quantizer.amax();
+}
+
+// NaN results are written as the canonical quiet NaN 0x7FC00000 (whatever the
+// payload of the NaN that produced them), so every implementation agrees.
+void CanonicalizeNans(float* values, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (values[i] != values[i]) {
+      const uint32_t quiet_nan = 0x7FC00000u;
+      std::memcpy(&values[i], &quiet_nan, sizeof(float));
+    }
+  }
+}
+
+template <typename Input, typename Format>
+void QuantizeAll(const Fp8QuantizeProblem& problem,
+                 const Fp8QuantizeBuffers& buffers) {
+  const int64_t elements = problem.rows * problem.cols;
+  const int64_t dbias_elements = problem.dbias_kept_rows * problem.cols;
+  const auto* x = static_cast<const typename Input::Storage*>(buffers.x);
+  Workspace workspace;
+  for (int64_t b = 0; b < problem.batch; ++b) {
+    const float scale = buffers.scale[b];
+    buffers.scale_inv[b] = 1.0f / scale;
+    CanonicalizeNans(buffers.scale_inv + b, 1);
+    uint8_t* row = problem.rowwise ? buffers.row + b * elements : nullptr;
+    uint8_t* col = problem.colwise ? buffers.col + b * elements : nullptr;
+    if (problem.with_dbias) {
+      QuantizeExample<Input, Format, true>(
+          problem, x + b * elements, scale, row, col,
+          buffers.dbias + b * dbias_elements, workspace, buffers.amax + b);
+      CanonicalizeNans(buffers.dbias + b * dbias_elements, dbias_elements);
+    } else {
+      QuantizeExample<Input, Format, false>(problem, x + b * elements, scale,
+                                            row, col, nullptr, workspace,
+                                            buffers.amax + b);
+    }
+  }
+}
+
+template <typename Input>
+void DispatchFormat(const Fp8QuantizeProblem& problem,
+                    const Fp8QuantizeBuffers& buffers) {
+  switch (problem.format) {
+    case Fp8Format::kE4M3Fn:
+      QuantizeAll<Input, E4M3Fn>(problem, buffers);
+      return;
+    case Fp8Format::kE5M2:
+      QuantizeAll<Input, E5M2>(problem, buffers);
+      return;
+  }
+}
+
+}  // namespace
+
+void Fp8Quantize(const Fp8QuantizeProblem& problem,
+                 const Fp8QuantizeBuffers& buffers) {
+  switch (problem.input_type) {
+    case InputType::kF32:
+      DispatchFormat<F32Input>(problem, buffers);
+      return;
+    case InputType::kF16:
+      DispatchFormat<F16Input>(problem, buffers);
+      return;
+    case InputType::kBF16:
+      DispatchFormat<Bf16Input>(problem, buffers);
+      return;
+  }
+}
+
+}  // namespace eqx_quant::cpu

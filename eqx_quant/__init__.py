@@ -1,0 +1,20 @@
+"""eqx_quant: Equinox-native FP8 / MXFP8 / NVFP4 quantization primitives for JAX."""
+
+from . import reference as reference
+from ._enums import QuantizeLayout as QuantizeLayout, ScalingMode as ScalingMode
+from ._ops._ffi import library_paths as library_paths, native_platforms as native_platforms
+from ._quantize import quantize as quantize, quantize_dbias as quantize_dbias
+from ._quantizer import (
+    AbstractQuantizer as AbstractQuantizer,
+    AbstractTensorScaleQuantizer as AbstractTensorScaleQuantizer,
+    CurrentScaleQuantizer as CurrentScaleQuantizer,
+    DelayedScaleQuantizer as DelayedScaleQuantizer,
+)
+from ._tensor import (
+    AbstractScaledTensor as AbstractScaledTensor,
+    ScaledTensor as ScaledTensor,
+    ScaledTensor1x as ScaledTensor1x,
+)
+
+
+__version__ = "0.1.0"

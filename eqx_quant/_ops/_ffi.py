@@ -1,0 +1,73 @@
+"""Load the compiled kernel libraries and register their FFI targets.
+
+`_kernels_cpu.so` is always built; `_kernels_cuda.so` when nvcc was found at build time.
+Each op `<name>` exports the handler symbols `<Name>Cpu` / `<Name>Cuda` (CamelCase of the
+name), registered as the FFI targets `eqx_quant_<name>_cpu` (platform "cpu") and
+`eqx_quant_<name>_cuda` (platform "CUDA").
+"""
+
+import ctypes
+import functools
+import importlib.util
+import os
+
+import jax
+
+
+# Every op with a compiled kernel. Adding an op = adding its name here.
+KERNEL_OPS = ("fp8_quantize",)
+
+_LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _library_path(module: str) -> str | None:
+    # find_spec works for wheel, editable (redirect) and in-tree installs alike.
+    spec = importlib.util.find_spec(f"eqx_quant.{module}")
+    return spec.origin if spec is not None and spec.origin else None
+
+
+@functools.cache
+def _loaded() -> dict[str, str]:
+    """Load and register every library that was built; returns {platform: path}."""
+    found = {}
+    for platform, (module, suffix, jax_platform) in _LIBRARIES.items():
+        path = _library_path(module)
+        if path is None or not os.path.exists(path):
+            continue
+        library = ctypes.cdll.LoadLibrary(path)
+        for op in KERNEL_OPS:
+            handler = getattr(library, f"{_camel(op)}{suffix}")
+            jax.ffi.register_ffi_target(
+                f"eqx_quant_{op}_{platform}", jax.ffi.pycapsule(handler), platform=jax_platform
+            )
+        found[platform] = path
+    return found
+
+
+def native_platforms() -> frozenset[str]:
+    """The platforms ("cpu", "cuda") for which compiled eqx_quant kernels are available."""
+    return frozenset(_loaded())
+
+
+def library_paths() -> dict[str, str]:
+    """{platform: path of the loaded kernel library}, for logs and bug reports."""
+    return dict(_loaded())
+
+
+def require_kernels(platform: str, op: str) -> None:
+    if platform in _loaded():
+        return
+    if platform == "cpu":
+        raise RuntimeError(
+            f"eqx_quant: the CPU kernel library (_kernels_cpu.so) for {op!r} was not found. "
+            "Reinstall eqx_quant (`pip install -e .` builds it), or pass impl='reference'."
+        )
+    raise RuntimeError(
+        f"eqx_quant was built without CUDA kernels, so {op!r} cannot run with impl='ffi' or "
+        "impl='auto' on a GPU. Rebuild with nvcc on PATH (EQX_QUANT_CUDA=ON pip install ...) "
+        "or pass impl='reference' to use the pure-JAX implementation."
+    )

@@ -1,0 +1,154 @@
+"""Declare an op once: abstract eval, batching, sharding rule, partition, reference, FFI targets.
+
+This is the only module that touches `jax.extend.core`, `jax.interpreters` and `jax._src`, so
+the mechanism can be swapped (e.g. for `shard_map`-based partitioning) by changing one file.
+
+Each op gets two primitives:
+
+- the **outer** primitive is what public code binds. Its abstract eval and batching rule are
+  the op's own; its lowering goes through `jax.experimental.custom_partitioning`, whose
+  `partition` callback returns a function of the LOCAL shards (plus any collectives the op
+  needs, e.g. a global amax).
+- the **inner** primitive runs on one device. Its lowering is the compiled FFI kernel
+  `eqx_quant_<op>_<platform>` where one was built, or the pure-JAX reference when the caller
+  asked for `impl="reference"` or runs on a platform we never build for. Asking for a kernel
+  that was not built raises; nothing falls back silently.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax._src.dispatch as _dispatch
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+from . import _ffi
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """Everything that defines one op. All callables take the op's hashable `params` first.
+
+    - `name`: base name; FFI targets are `eqx_quant_<name>_cpu` / `eqx_quant_<name>_cuda`.
+    - `abstract_eval(params, *avals) -> tuple[ShapedArray, ...]`.
+    - `reference(params, *arrays) -> tuple[Array, ...]`: pure JAX, bit-exact with the kernels.
+    - `ffi_attrs(params) -> dict`: the kernel's attributes (typed numpy scalars / bools).
+    - `batch(params, args, dims) -> (params', args', out_dims)`: rebinds with new params.
+    - `sharding_rule(params, mesh, value_types, result_types) -> str`: Shardy rule.
+    - `partition(params, mesh, arg_infos, result_infos) -> (local_fn, result_specs, arg_specs)`:
+      `local_fn(bind_inner, *local_args)` computes the local result (and any collectives).
+    """
+
+    name: str
+    abstract_eval: Callable[..., tuple]
+    reference: Callable[..., tuple]
+    ffi_attrs: Callable[[Any], dict]
+    batch: Callable[..., tuple]
+    sharding_rule: Callable[..., str]
+    partition: Callable[..., tuple]
+
+
+class Op:
+    """The two primitives of an `OpSpec`; call `op.bind(*args, params=...)`."""
+
+    def __init__(self, spec: OpSpec):
+        self.spec = spec
+        self.inner = Primitive(f"eqx_quant_{spec.name}")
+        self.inner.multiple_results = True
+        self.outer = Primitive(f"eqx_quant_{spec.name}_partitioned")
+        self.outer.multiple_results = True
+        for prim in (self.inner, self.outer):
+            prim.def_abstract_eval(lambda *avals, params: spec.abstract_eval(params, *avals))
+            prim.def_impl(functools.partial(_dispatch.apply_primitive, prim))
+        self._register_inner_lowerings()
+        self._register_outer()
+
+    def bind(self, *args, params):
+        return self.outer.bind(*args, params=params)
+
+    def bind_inner(self, *args, params):
+        return self.inner.bind(*args, params=params)
+
+    # ---- inner: kernels or reference -------------------------------------------------------
+    def _register_inner_lowerings(self) -> None:
+        spec = self.spec
+        reference_rule = mlir.lower_fun(
+            lambda *args, params: spec.reference(params, *args), multiple_results=True
+        )
+
+        def default_rule(ctx, *args, params):
+            if params.impl == "ffi":
+                platforms = ", ".join(ctx.module_context.platforms)
+                raise RuntimeError(
+                    f"eqx_quant: impl='ffi' was requested for {spec.name!r} on platform "
+                    f"{platforms!r}, but eqx_quant has kernels only for CPU and CUDA. Pass "
+                    "impl='reference' (or impl='auto') to use the pure-JAX implementation."
+                )
+            return reference_rule(ctx, *args, params=params)
+
+        mlir.register_lowering(self.inner, default_rule)
+        for platform in ("cpu", "cuda"):
+            mlir.register_lowering(
+                self.inner, self._platform_rule(platform, reference_rule), platform=platform
+            )
+
+    def _platform_rule(self, platform: str, reference_rule):
+        spec = self.spec
+        target = f"eqx_quant_{spec.name}_{platform}"
+
+        def rule(ctx, *args, params):
+            if params.impl == "reference":
+                return reference_rule(ctx, *args, params=params)
+            _ffi.require_kernels(platform, spec.name)
+            lowering = jax.ffi.ffi_lowering(target)
+            return lowering(ctx, *args, **spec.ffi_attrs(params))
+
+        return rule
+
+    # ---- outer: batching + custom_partitioning ----------------------------------------------
+    def _register_outer(self) -> None:
+        spec = self.spec
+        inner_bind = self.bind_inner
+
+        def body(params, *args):
+            return tuple(inner_bind(*args, params=params))
+
+        partitioned = custom_partitioning(body, static_argnums=(0,))
+
+        def partition(params, mesh, arg_infos, result_infos):
+            local_fn, result_specs, arg_specs = spec.partition(
+                params, mesh, arg_infos, result_infos
+            )
+            named = functools.partial(jax.sharding.NamedSharding, mesh)
+            return (
+                mesh,
+                functools.partial(local_fn, inner_bind),
+                tuple(named(s) for s in result_specs),
+                tuple(named(s) for s in arg_specs),
+            )
+
+        def infer(params, mesh, arg_infos, result_infos):
+            _, result_specs, _ = spec.partition(params, mesh, arg_infos, result_infos)
+            return tuple(jax.sharding.NamedSharding(mesh, s) for s in result_specs)
+
+        partitioned.def_partition(
+            partition=partition,
+            infer_sharding_from_operands=infer,
+            sharding_rule=spec.sharding_rule,
+        )
+
+        def lower(*args, params):
+            return partitioned(params, *args)
+
+        mlir.register_lowering(self.outer, mlir.lower_fun(lower, multiple_results=True))
+        _dispatch.prim_requires_devices_during_lowering.add(self.outer)
+
+        def batch_rule(args, dims, *, params):
+            new_params, new_args, out_dims = spec.batch(params, args, dims)
+            return self.outer.bind(*new_args, params=new_params), out_dims
+
+        batching.primitive_batchers[self.outer] = batch_rule

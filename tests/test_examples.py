@@ -1,0 +1,114 @@
+"""Run every script in examples/ as a user would, and check what the quick start reports.
+
+Each script runs in a fresh interpreter (`sys.executable`) on CPU, so the examples cannot
+drift from the library unnoticed. The quick start prints one row per scaling mode; the
+bounds below were measured on its fixed-seed 1024x1024 bf16 input with some headroom:
+e4m3 current/delayed scaling ~31.6 dB, e5m2 ~25.6 dB, one saturated element in ~1M.
+"""
+
+import functools
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+TIMEOUT_S = 600
+
+# (mode, q_dtype) -> lowest acceptable SQNR in dB. Rows the quick start adds later (e.g.
+# MXFP8, NVFP4) are held to the generic bound until they get their own entry here.
+SQNR_MIN_DB = {
+    ("current", "float8_e4m3fn"): 28.0,
+    ("current", "float8_e5m2"): 22.0,
+    ("delayed", "float8_e4m3fn"): 28.0,
+}
+GENERIC_SQNR_MIN_DB = 10.0
+MAX_SATURATED_FRACTION = 1e-3
+
+
+@functools.cache
+def _run(script: pathlib.Path) -> subprocess.CompletedProcess:
+    """Run a script once per test session (the quick start's output feeds several tests)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def _check_ok(script: pathlib.Path, proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, (
+        f"{script.name} exited with {proc.returncode}.\n--- stdout ---\n{proc.stdout[-4000:]}"
+        f"\n--- stderr ---\n{proc.stderr[-4000:]}"
+    )
+
+
+@pytest.fixture
+def quickstart_output() -> str:
+    script = ROOT / "examples" / "quickstart.py"
+    proc = _run(script)
+    _check_ok(script, proc)
+    return proc.stdout
+
+
+def _parse_rows(stdout: str) -> dict[tuple[str, str], dict]:
+    """The table rows after the header line that starts with `mode`."""
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["mode", "q_dtype"])
+    columns = lines[header].split()
+    rows = {}
+    for line in lines[header + 1 :]:
+        fields = line.split()
+        if not fields:
+            continue
+        assert len(fields) == len(columns), f"malformed row {line!r} for columns {columns}"
+        row = dict(zip(columns, fields))
+        key = (row["mode"], row["q_dtype"])
+        assert key not in rows, f"duplicate row {key}"
+        rows[key] = dict(
+            sqnr_db=float(row["SQNR_dB"]),
+            max_abs_err=float(row["max_abs_err"]),
+            saturated=float(row["saturated"]),
+            agree=row["rowwise==colwise"],
+        )
+    return rows
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(script):
+    _check_ok(script, _run(script))
+
+
+def test_quickstart_has_every_mode(quickstart_output):
+    rows = _parse_rows(quickstart_output)
+    missing = set(SQNR_MIN_DB) - set(rows)
+    assert not missing, f"quick start rows missing: {sorted(missing)}\n{quickstart_output}"
+
+
+def test_quickstart_numbers(quickstart_output):
+    rows = _parse_rows(quickstart_output)
+    assert rows, f"no rows parsed from:\n{quickstart_output}"
+    for key, row in rows.items():
+        bound = SQNR_MIN_DB.get(key, GENERIC_SQNR_MIN_DB)
+        assert math.isfinite(row["sqnr_db"]) and row["sqnr_db"] > bound, (key, row, bound)
+        # Nonzero (FP8 is lossy) and small next to the input's amax (~156).
+        assert math.isfinite(row["max_abs_err"]) and 0.0 < row["max_abs_err"] < 20.0, (key, row)
+        assert 0.0 <= row["saturated"] <= MAX_SATURATED_FRACTION, (key, row)
+        assert row["agree"] == "True", (key, row)
+
+
+def test_quickstart_e4m3_beats_e5m2(quickstart_output):
+    # One more mantissa bit is worth ~6 dB when both formats cover the range.
+    rows = _parse_rows(quickstart_output)
+    e4m3 = rows[("current", "float8_e4m3fn")]["sqnr_db"]
+    e5m2 = rows[("current", "float8_e5m2")]["sqnr_db"]
+    assert 4.0 < e4m3 - e5m2 < 8.0, (e4m3, e5m2)

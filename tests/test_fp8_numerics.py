@@ -1,0 +1,200 @@
+"""Bit-exact FP8 tensor scaling: reference and CPU kernel against the NumPy oracle."""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import oracle
+import pytest
+from helpers import (
+    LAYOUTS,
+    NP_Q_DTYPES,
+    Q_DTYPES,
+    SHAPES,
+    X_DTYPES,
+    bytes_equal,
+    f32_bits_equal,
+    impls,
+    random_input,
+)
+
+import eqx_quant as eqq
+
+
+def _check_against_oracle(t, expected, layout, what):
+    if layout.has_rowwise:
+        bytes_equal(t.rowwise.data, expected["row"], f"{what} row")
+        f32_bits_equal(t.rowwise.scale_inv, expected["scale_inv"], f"{what} scale_inv")
+        f32_bits_equal(t.rowwise.amax, expected["amax"], f"{what} amax")
+    else:
+        assert t.rowwise is None
+    if layout.has_colwise:
+        bytes_equal(t.colwise.data, expected["col"], f"{what} col")
+        f32_bits_equal(t.colwise.scale_inv, expected["scale_inv"], f"{what} col scale_inv")
+        f32_bits_equal(t.colwise.amax, expected["amax"], f"{what} col amax")
+    else:
+        assert t.colwise is None
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("q", Q_DTYPES)
+@pytest.mark.parametrize("xd", X_DTYPES)
+@pytest.mark.parametrize("shape,fa", SHAPES, ids=str)
+def test_current_scaling_bit_exact(shape, fa, xd, q, impl):
+    _current_scaling_case(shape, fa, xd, q, eqq.QuantizeLayout.ROWWISE_COLWISE, impl)
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: l.name)
+@pytest.mark.parametrize("shape,fa", [((32, 256, 128), -2), ((7, 13), -1)], ids=str)
+def test_every_layout_bit_exact(shape, fa, layout, impl):
+    _current_scaling_case(shape, fa, "bf16", "e4m3", layout, impl)
+
+
+def _current_scaling_case(shape, fa, xd, q, layout, impl):
+    x = random_input(shape, X_DTYPES[xd], seed=len(shape) + shape[-1])
+    quantizer = eqq.CurrentScaleQuantizer(Q_DTYPES[q], layout)
+    t = jax.jit(lambda x: eqq.quantize(x, quantizer, fa, impl=impl))(jnp.asarray(x))
+    expected = oracle.current_scaling(x, NP_Q_DTYPES[q], fa, layout.has_rowwise, layout.has_colwise)
+    _check_against_oracle(t, expected, layout, f"{shape} {xd} {q}")
+    assert t.scaling_mode is eqq.ScalingMode.CURRENT_TENSOR_SCALING
+    if layout.has_colwise:
+        assert t.colwise.data_layout == "T"
+        assert t.colwise.data.shape == shape[fa % len(shape) :] + shape[: fa % len(shape)]
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("q", Q_DTYPES)
+@pytest.mark.parametrize("xd", X_DTYPES)
+@pytest.mark.parametrize("scale", [1.0, 0.37, 300.0, 1e-6, 2.0**20])
+def test_delayed_scale_given_bit_exact(scale, xd, q, impl):
+    """A given scale pushes values past the fp8 max and into fp8 subnormals."""
+    x = random_input((33, 48), X_DTYPES[xd], seed=7)
+    s = np.array([scale], np.float32)
+    quantizer = eqq.DelayedScaleQuantizer(Q_DTYPES[q], amax_history_len=4, scale=jnp.asarray(s))
+    t = eqq.quantize(jnp.asarray(x), quantizer, impl=impl)
+    expected = oracle.quantize_tensor(x, s, NP_Q_DTYPES[q], -1, True, True)
+    _check_against_oracle(t, expected, eqq.QuantizeLayout.ROWWISE_COLWISE, f"scale={scale}")
+
+
+def _special_values(xd):
+    finfo = jnp.finfo(X_DTYPES[xd])
+    tiny_sub = float(finfo.smallest_subnormal)
+    vals = [0.0, -0.0, tiny_sub, -tiny_sub, 3 * tiny_sub, float(finfo.tiny), float(finfo.max),
+            -float(finfo.max), np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0, 448.0, 464.0,
+            57344.0, 61440.0, 1e-3, 2.0**-10, 1.0625, 1.1875]
+    return np.asarray(jnp.asarray(np.array(vals, np.float32), X_DTYPES[xd]))
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("q", Q_DTYPES)
+@pytest.mark.parametrize("xd", X_DTYPES)
+@pytest.mark.parametrize("scale", [1.0, 1.0 / 64, 4096.0, np.inf, 1e38])
+def test_special_values(scale, xd, q, impl):
+    """zeros, subnormals, +-max, values above the fp8 max, NaN, +-Inf, and an infinite scale."""
+    specials = _special_values(xd)
+    x = np.concatenate([specials, random_input((42,), X_DTYPES[xd], seed=3)]).reshape(4, 16)
+    s = np.array([scale], np.float32)
+    quantizer = eqq.DelayedScaleQuantizer(Q_DTYPES[q], amax_history_len=1, scale=jnp.asarray(s))
+    t = eqq.quantize(jnp.asarray(x), quantizer, impl=impl)
+    expected = oracle.quantize_tensor(x, s, NP_Q_DTYPES[q], -1, True, True)
+    _check_against_oracle(t, expected, eqq.QuantizeLayout.ROWWISE_COLWISE, f"scale={scale}")
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize(
+    "values",
+    [np.zeros(64), np.full(64, np.nan), np.array([np.inf] + [1.0] * 63), np.full(64, 1e-45),
+     np.array([np.nan, 2.0] * 32), np.full(64, -0.0)],
+    ids=["zeros", "all_nan", "inf", "tiny_amax", "nan_ignored", "neg_zero"],
+)
+def test_current_scaling_amax_edge_cases(values, impl):
+    """amax = 0 -> scale 1; NaN is ignored by amax; Inf amax -> scale 1; tiny amax -> inf scale."""
+    x = values.astype(np.float32).reshape(8, 8)
+    quantizer = eqq.CurrentScaleQuantizer()
+    t = eqq.quantize(jnp.asarray(x), quantizer, impl=impl)
+    expected = oracle.current_scaling(x, ml_dtypes.float8_e4m3fn, -1, True, True)
+    _check_against_oracle(t, expected, eqq.QuantizeLayout.ROWWISE_COLWISE, "edge")
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("xd", X_DTYPES)
+@pytest.mark.parametrize("shape,fa", SHAPES, ids=str)
+def test_dbias_bit_exact(shape, fa, xd, impl):
+    x = random_input(shape, X_DTYPES[xd], seed=11)
+    quantizer = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)
+    t, dbias = jax.jit(lambda x: eqq.quantize_dbias(x, quantizer, fa, impl=impl))(jnp.asarray(x))
+    expected = oracle.dbias_cast(x, fa)
+    assert dbias.dtype == x.dtype and dbias.shape == expected.shape
+    bytes_equal(dbias, expected, "dbias")
+    bytes_equal(t.rowwise.data, oracle.current_scaling(x, ml_dtypes.float8_e4m3fn, fa, True, False)["row"])
+
+
+@pytest.mark.skipif("cpu" not in eqq.native_platforms(), reason="CPU kernel not built")
+@pytest.mark.parametrize("q", Q_DTYPES)
+def test_kernel_equals_reference_all_bf16_patterns(q):
+    """The CPU kernel and the pure-JAX reference agree on every bf16 bit pattern."""
+    bits = np.arange(2**16, dtype=np.uint16).reshape(256, 256)
+    x = jnp.asarray(bits.view(ml_dtypes.bfloat16))
+    for scale in [1.0, 1.5, 2.0**-7, 2.0**30, 3e-3]:
+        quantizer = eqq.DelayedScaleQuantizer(
+            Q_DTYPES[q], amax_history_len=1, scale=jnp.full((1,), scale, jnp.float32)
+        )
+        outs = [eqq.quantize_dbias(x, quantizer, impl=impl) for impl in ("ffi", "reference")]
+        (t_k, db_k), (t_r, db_r) = outs
+        bytes_equal(t_k.rowwise.data, t_r.rowwise.data, "row")
+        bytes_equal(t_k.colwise.data, t_r.colwise.data, "col")
+        f32_bits_equal(t_k.amax, t_r.amax, "amax")
+        f32_bits_equal(t_k.rowwise.scale_inv, t_r.rowwise.scale_inv, "scale_inv")
+        bytes_equal(db_k, db_r, "dbias")
+
+
+@pytest.mark.parametrize("impl", impls())
+def test_te_large_shape(impl):
+    """TE's largest quantize shape (8192, 2, 4096), flatten_axis=-2, bf16, both layouts."""
+    x = random_input((8192, 2, 4096), jnp.bfloat16, seed=5)
+    quantizer = eqq.CurrentScaleQuantizer()
+    t = jax.jit(lambda x: eqq.quantize(x, quantizer, -2, impl=impl))(jnp.asarray(x))
+    expected = oracle.current_scaling(x, ml_dtypes.float8_e4m3fn, -2, True, True)
+    _check_against_oracle(t, expected, eqq.QuantizeLayout.ROWWISE_COLWISE, "large")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: l.name)
+@pytest.mark.parametrize("xd", X_DTYPES)
+def test_dequantize_round_trip(xd, layout):
+    """Dequantize = float32(data) * scale_inv cast to x's dtype, in x's shape, for each part."""
+    x = random_input((6, 5, 8), X_DTYPES[xd], seed=2)
+    t = eqq.quantize(jnp.asarray(x), eqq.CurrentScaleQuantizer(q_layout=layout), -2)
+    expected = oracle.current_scaling(x, ml_dtypes.float8_e4m3fn, -2, True, True)
+    want = oracle.dequantize_tensor(expected["row"], expected["scale_inv"], x.dtype)
+    for part in (t.rowwise, t.colwise):
+        if part is not None:
+            y = part.dequantize()
+            assert y.shape == x.shape and y.dtype == x.dtype
+            bytes_equal(y, want, f"dequantize {part.data_layout}")
+    np.testing.assert_allclose(
+        np.asarray(t.dequantize(), np.float32), x.astype(np.float32), rtol=0.07, atol=0.05
+    )
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("xd", X_DTYPES)
+def test_dbias_special_values(xd, impl):
+    """Subnormals are summed exactly (no flush); NaN and Inf propagate; NaN is canonical."""
+    specials = _special_values(xd)
+    x = np.stack([specials, specials[::-1], np.zeros_like(specials), specials]).reshape(2, 2, -1)
+    quantizer = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)
+    _, dbias = eqq.quantize_dbias(jnp.asarray(x), quantizer, -1, impl=impl)
+    expected = oracle.dbias_cast(x, -1)
+    got = np.asarray(dbias)
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(expected.astype(np.float32)))
+    finite = ~np.isnan(expected.astype(np.float32))
+    bytes_equal(got[finite], expected[finite], "dbias (non-NaN)")
+    nan_bits = got.view(np.uint16 if got.itemsize == 2 else np.uint32)[~finite]
+    assert len(set(nan_bits.tolist())) <= 1, "NaN must be canonical"
+    # A subnormal-only column is not flushed to zero.
+    tiny = np.full((64, 1), float(jnp.finfo(X_DTYPES[xd]).smallest_subnormal), np.float32)
+    tiny = np.asarray(jnp.asarray(tiny, X_DTYPES[xd]))
+    _, db = eqq.quantize_dbias(jnp.asarray(tiny), quantizer, -1, impl=impl)
+    bytes_equal(db, oracle.dbias_cast(tiny, -1), "subnormal dbias")
+    assert float(np.asarray(db, np.float32)[0]) > 0
