@@ -13,6 +13,7 @@ from jax import lax
 from jaxtyping import Array, Shaped, jaxtyped
 
 from . import reference
+from ._checks import validated_by
 from ._custom_types import HighPrecision
 from ._enums import QuantizeLayout
 from ._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
@@ -24,9 +25,9 @@ Impl = Literal["auto", "ffi", "reference"]
 _HIGH_PRECISION = ("float32", "float16", "bfloat16")
 
 
-def _check_inputs(fn: str, x, quantizer, flatten_axis: int, amax_axes, impl) -> int:
+def _check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl) -> int:
     """Trace-time validation with messages that name the argument and the fix."""
-    if not isinstance(x, jax.Array | jax.core.Tracer):
+    if not isinstance(x, jax.Array):
         raise TypeError(f"{fn}: x must be a jax.Array, got {type(x).__name__}. Use jnp.asarray(x).")
     if x.dtype.name not in _HIGH_PRECISION:
         raise TypeError(
@@ -45,6 +46,8 @@ def _check_inputs(fn: str, x, quantizer, flatten_axis: int, amax_axes, impl) -> 
             f"{fn}: {type(quantizer).__name__} is not supported yet; only per-tensor FP8 scaling "
             "(CurrentScaleQuantizer, DelayedScaleQuantizer) is implemented in this version."
         )
+    if not isinstance(flatten_axis, int) or isinstance(flatten_axis, bool):
+        raise TypeError(f"{fn}: flatten_axis must be an int, got {flatten_axis!r}.")
     if not -x.ndim <= flatten_axis < x.ndim:
         raise ValueError(
             f"{fn}: flatten_axis={flatten_axis} is out of range for x of rank {x.ndim} (shape "
@@ -148,6 +151,15 @@ def _run(fn, x, quantizer, flatten_axis, amax_axes, impl, with_dbias):
     return _quantize_ste(config, x, arrays)
 
 
+def _check_quantize(x, quantizer, flatten_axis, amax_axes, impl):
+    _check_inputs("quantize", x, quantizer, flatten_axis, amax_axes, impl)
+
+
+def _check_quantize_dbias(dx, quantizer, flatten_axis, amax_axes, impl):
+    _check_inputs("quantize_dbias", dx, quantizer, flatten_axis, amax_axes, impl)
+
+
+@validated_by(_check_quantize)
 @jaxtyped(typechecker=beartype)
 def quantize(
     x: HighPrecision[Array, "..."],
@@ -180,6 +192,7 @@ def quantize(
     return tensor
 
 
+@validated_by(_check_quantize_dbias)
 @jaxtyped(typechecker=beartype)
 def quantize_dbias(
     dx: HighPrecision[Array, "..."],

@@ -13,7 +13,8 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Shaped
+from beartype import beartype
+from jaxtyping import Array, Float, Shaped, jaxtyped
 
 from . import reference
 from ._enums import QuantizeLayout, ScalingMode
@@ -27,6 +28,7 @@ class AbstractScaledTensor(eqx.Module):
         """Return the dequantized array with the original shape and dtype."""
 
 
+@jaxtyped(typechecker=beartype)
 class ScaledTensor1x(AbstractScaledTensor):
     """One quantized copy of a tensor, in one layout.
 
@@ -126,6 +128,7 @@ def _dequantize_bwd(dq_dtype, layout, flatten_axis, ndim, res, ct):
 _dequantize_vjp.defvjp(_dequantize_fwd, _dequantize_bwd)
 
 
+@jaxtyped(typechecker=beartype)
 class ScaledTensor(AbstractScaledTensor):
     """The result of `eqx_quant.quantize`: a rowwise and/or a colwise `ScaledTensor1x`.
 

@@ -1,15 +1,50 @@
 """Delayed scaling: the scale comes from a history of past amaxes (TE's §1.3 rule)."""
 
+import math
 from typing import ClassVar, Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, Float, jaxtyped
 
 from .. import reference
+from .._checks import validated_by
 from .._enums import QuantizeLayout, ScalingMode
 from ._base import AbstractTensorScaleQuantizer, check_fp8_dtype, check_layout, dtype_name
+
+
+def _check_delayed_args(
+    q_dtype, q_layout, amax_history_len, margin, amax_compute_algo, scale, amax_history
+):
+    name = "DelayedScaleQuantizer"
+    check_fp8_dtype(name, dtype_name(q_dtype))
+    check_layout(name, q_layout)
+    for field, value in (("scale", scale), ("amax_history", amax_history)):
+        if value is not None and (not isinstance(value, jax.Array) or value.dtype != jnp.float32):
+            got = f"{type(value).__name__} of dtype {getattr(value, 'dtype', '?')}"
+            raise TypeError(
+                f"{name}: {field} must be a float32 jax.Array, got {got}. "
+                "Pass jnp.asarray(..., jnp.float32)."
+            )
+    if amax_history_len is None:
+        amax_history_len = 1024 if amax_history is None else amax_history.shape[0]
+    if not isinstance(amax_history_len, int) or amax_history_len < 1:
+        raise ValueError(f"{name}: amax_history_len must be an int >= 1, got {amax_history_len!r}.")
+    if not isinstance(margin, int | float) or not math.isfinite(margin):
+        raise ValueError(f"{name}: margin must be a finite float, got {margin!r}.")
+    if amax_compute_algo not in ("max", "most_recent"):
+        raise ValueError(
+            f"{name}: amax_compute_algo must be 'max' or 'most_recent', got {amax_compute_algo!r}."
+        )
+    if scale is not None and scale.shape != (1,):
+        raise ValueError(f"{name}: scale must have shape (1,), got {scale.shape}.")
+    if amax_history is not None and amax_history.shape != (amax_history_len,):
+        raise ValueError(
+            f"{name}: amax_history must have shape ({amax_history_len},), got "
+            f"{amax_history.shape}. amax_history_len must equal len(amax_history)."
+        )
 
 
 class DelayedScaleQuantizer(AbstractTensorScaleQuantizer):
@@ -27,7 +62,8 @@ class DelayedScaleQuantizer(AbstractTensorScaleQuantizer):
 
     - `q_dtype`: `jnp.float8_e4m3fn` (default) or `jnp.float8_e5m2`.
     - `q_layout`: an `eqx_quant.QuantizeLayout` (default `ROWWISE_COLWISE`).
-    - `amax_history_len`: length L of the amax history (default 1024).
+    - `amax_history_len`: length L of the amax history (default 1024, or the length of
+      `amax_history` when that is given).
     - `margin`: the scale is `(fp8_max / amax) / 2^margin` (default 0).
     - `amax_compute_algo`: `"max"` (max over the history, default) or `"most_recent"`.
     - `scale`, `amax_history`: initial state (default: scale 1, zero history).
@@ -41,31 +77,26 @@ class DelayedScaleQuantizer(AbstractTensorScaleQuantizer):
     amax_compute_algo: Literal["max", "most_recent"] = eqx.field(static=True)
     scaling_mode: ClassVar[ScalingMode] = ScalingMode.DELAYED_TENSOR_SCALING
 
+    @validated_by(lambda self, **kw: _check_delayed_args(**kw))
     @jaxtyped(typechecker=beartype)
     def __init__(
         self,
         q_dtype=jnp.float8_e4m3fn,
         q_layout: QuantizeLayout = QuantizeLayout.ROWWISE_COLWISE,
-        amax_history_len: int = 1024,
+        amax_history_len: int | None = None,
         margin: float = 0.0,
         amax_compute_algo: Literal["max", "most_recent"] = "max",
         scale: Float[Array, "1"] | None = None,
         amax_history: Float[Array, " history"] | None = None,
     ):
-        if amax_history_len < 1:
-            raise ValueError(
-                f"DelayedScaleQuantizer: amax_history_len must be >= 1, got {amax_history_len}."
-            )
-        if not jnp.isfinite(margin):
-            raise ValueError(f"DelayedScaleQuantizer: margin must be finite, got {margin}.")
         self.q_dtype = dtype_name(q_dtype)
         self.q_layout = q_layout
         self.margin = float(margin)
         self.amax_compute_algo = amax_compute_algo
         self.scale = jnp.ones((1,), jnp.float32) if scale is None else scale
-        self.amax_history = (
-            jnp.zeros((amax_history_len,), jnp.float32) if amax_history is None else amax_history
-        )
+        if amax_history is None:
+            amax_history = jnp.zeros((amax_history_len or 1024,), jnp.float32)
+        self.amax_history = amax_history
 
     def __check_init__(self):
         check_fp8_dtype("DelayedScaleQuantizer", self.q_dtype)
