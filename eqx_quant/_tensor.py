@@ -52,10 +52,6 @@ class ScaledTensor1x(AbstractScaledTensor):
     dq_dtype: str = eqx.field(static=True)
 
     def __check_init__(self):
-        if self.data_layout not in ("N", "T"):
-            raise ValueError(
-                f"ScaledTensor1x: data_layout must be 'N' or 'T', got {self.data_layout!r}."
-            )
         if not 0 <= self.flatten_axis <= self.ndim:
             raise ValueError(
                 f"ScaledTensor1x: flatten_axis={self.flatten_axis} is outside [0, {self.ndim}]."

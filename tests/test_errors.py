@@ -125,8 +125,14 @@ def test_reference_runs_on_any_platform_lowering():
 
 def test_scaled_tensor_invariants():
     t = eqq.quantize(X, Q)
-    with pytest.raises(ValueError, match="data_layout must be 'N' or 'T'"):
+    with pytest.raises(TypeError, match="data_layout"):
         eqq.ScaledTensor1x(t.rowwise.data, t.rowwise.scale_inv, t.rowwise.amax,
                            eqq.ScalingMode.CURRENT_TENSOR_SCALING, "X", 1, 2, "float32")
+    with pytest.raises(ValueError, match=r"flatten_axis=5 is outside \[0, 2\]"):
+        eqq.ScaledTensor1x(t.rowwise.data, t.rowwise.scale_inv, t.rowwise.amax,
+                           eqq.ScalingMode.CURRENT_TENSOR_SCALING, "N", 5, 2, "float32")
+    with pytest.raises(TypeError, match="amax"):
+        eqq.ScaledTensor1x(t.rowwise.data, t.rowwise.scale_inv, jnp.ones(2),
+                           eqq.ScalingMode.CURRENT_TENSOR_SCALING, "N", 1, 2, "float32")
     with pytest.raises(ValueError, match="at least one of rowwise / colwise"):
         eqq.ScaledTensor(None, None)
