@@ -153,6 +153,11 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
                            " is out of range [0, flatten_axis=" +
                            std::to_string(attrs.flatten_axis) + "]");
   }
+  if (attrs.dbias_split < 1 ||
+      (attrs.dbias_split > 1 && attrs.dbias_keep >= attrs.flatten_axis)) {
+    return InvalidArgument("dbias_split=" + std::to_string(attrs.dbias_split) +
+                           " must be >= 1, and 1 when no axis is reduced");
+  }
   if (!attrs.rowwise && !attrs.colwise) {
     return InvalidArgument(
         "rowwise and colwise are both false; at least one is required");
@@ -230,10 +235,18 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   // dbias.
   const std::string dbias_note = "with_dbias=" + BoolString(attrs.with_dbias);
   if (attrs.with_dbias) {
+    if (attrs.dbias_split > 1 && attrs.dbias_split > reduced_dims[0]) {
+      return InvalidArgument(
+          "dbias_split=" + std::to_string(attrs.dbias_split) +
+          " exceeds the length " + std::to_string(reduced_dims[0]) +
+          " of the split axis S[dbias_keep]");
+    }
+    const std::vector<int64_t> split = {attrs.dbias_split};
     if (auto error = CheckShape(
             "dbias", dbias.dimensions(),
-            Concat({batch_dims, kept_dims, col_dims}),
-            "B + S[:dbias_keep] + S[flatten_axis:], dbias_keep=" +
+            Concat({batch_dims, kept_dims, split, col_dims}),
+            "B + S[:dbias_keep] + (dbias_split,) + S[flatten_axis:], "
+            "dbias_keep=" +
                 std::to_string(attrs.dbias_keep) + ", " + dbias_note)) {
       return *error;
     }
@@ -250,6 +263,7 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   problem.colwise = attrs.colwise;
   problem.with_dbias = attrs.with_dbias;
   problem.dbias_kept_rows = Product(kept_dims);
+  problem.dbias_split = attrs.dbias_split;
   problem.dbias_reduced_dims.assign(reduced_dims.begin(), reduced_dims.end());
   return problem;
 }

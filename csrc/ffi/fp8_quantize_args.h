@@ -16,6 +16,7 @@ struct Fp8QuantizeAttrs {
   int64_t n_batch = 0;
   int64_t flatten_axis = 0;
   int64_t dbias_keep = 0;
+  int64_t dbias_split = 1;
   bool rowwise = false;
   bool colwise = false;
   bool with_dbias = false;

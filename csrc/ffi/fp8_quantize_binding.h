@@ -51,6 +51,7 @@ auto BindFp8QuantizeOperands(Binding binding) {
       .template Attr<int64_t>("n_batch")
       .template Attr<int64_t>("flatten_axis")
       .template Attr<int64_t>("dbias_keep")
+      .template Attr<int64_t>("dbias_split")
       .template Attr<bool>("rowwise")
       .template Attr<bool>("colwise")
       .template Attr<bool>("with_dbias");

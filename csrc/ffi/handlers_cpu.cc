@@ -20,8 +20,9 @@ ffi::Error Fp8QuantizeCpuImpl(
     ffi::Result<ffi::AnyBuffer> row, ffi::Result<ffi::AnyBuffer> col,
     ffi::ResultBuffer<ffi::F32> scale_inv, ffi::ResultBuffer<ffi::F32> amax,
     ffi::ResultBuffer<ffi::F32> dbias, int64_t n_batch, int64_t flatten_axis,
-    int64_t dbias_keep, bool rowwise, bool colwise, bool with_dbias) {
-  const Fp8QuantizeAttrs attrs{n_batch, flatten_axis, dbias_keep,
+    int64_t dbias_keep, int64_t dbias_split, bool rowwise, bool colwise,
+    bool with_dbias) {
+  const Fp8QuantizeAttrs attrs{n_batch, flatten_axis, dbias_keep, dbias_split,
                                rowwise, colwise,      with_dbias};
   ffi::ErrorOr<Fp8QuantizeProblem> problem = CheckFp8QuantizeOperands(
       x, scale, *row, *col, *scale_inv, *amax, *dbias, attrs);

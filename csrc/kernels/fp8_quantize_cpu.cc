@@ -222,13 +222,27 @@ void QuantizeExample(const Fp8QuantizeProblem& problem,
     const int64_t vectors = std::max<int64_t>(
         1, NestedTreeSumScratchVectors(reduced_dims, num_reduced));
     workspace.tree.resize(static_cast<size_t>(vectors * panel));
+    // Node p of the split axis covers [ceil(p*n/P), ceil((p+1)*n/P)); the
+    // node's tree is the nested tree with the split axis shortened to it.
+    const int64_t split = problem.dbias_split;
+    const int64_t split_len = num_reduced > 0 ? reduced_dims[0] : 1;
+    const int64_t rows_per_index =
+        split_len > 0 ? reduced_rows / split_len : 0;
+    std::vector<int64_t> node_dims(reduced_dims, reduced_dims + num_reduced);
     for (int64_t first_col = 0; first_col < cols; first_col += panel) {
       const int64_t width = std::min(panel, cols - first_col);
       quantizer.StartPanel(first_col, width);
       for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
-        NestedTreeSum(reduced_dims, num_reduced, kept * reduced_rows, width,
-                      quantizer, dbias_out + kept * cols + first_col,
-                      workspace.tree.data());
+        for (int64_t p = 0; p < split; ++p) {
+          const int64_t begin = (p * split_len + split - 1) / split;
+          const int64_t end = ((p + 1) * split_len + split - 1) / split;
+          if (num_reduced > 0) node_dims[0] = end - begin;
+          NestedTreeSum(node_dims.data(), num_reduced,
+                        kept * reduced_rows + begin * rows_per_index, width,
+                        quantizer,
+                        dbias_out + (kept * split + p) * cols + first_col,
+                        workspace.tree.data());
+        }
       }
       quantizer.FinishPanel();
     }
@@ -251,7 +265,8 @@ template <typename Input, typename Format>
 void QuantizeAll(const Fp8QuantizeProblem& problem,
                  const Fp8QuantizeBuffers& buffers) {
   const int64_t elements = problem.rows * problem.cols;
-  const int64_t dbias_elements = problem.dbias_kept_rows * problem.cols;
+  const int64_t dbias_elements =
+      problem.dbias_kept_rows * problem.dbias_split * problem.cols;
   const auto* x = static_cast<const typename Input::Storage*>(buffers.x);
   Workspace workspace;
   for (int64_t b = 0; b < problem.batch; ++b) {

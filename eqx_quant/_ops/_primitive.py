@@ -34,22 +34,27 @@ class OpSpec:
     """Everything that defines one op. All callables take the op's hashable `params` first.
 
     - `name`: base name; FFI targets are `eqx_quant_<name>_cpu` / `eqx_quant_<name>_cuda`.
-    - `abstract_eval(params, *avals) -> tuple[ShapedArray, ...]`.
+    - `abstract_eval(params, *avals) -> tuple[ShapedArray, ...]`: the public (outer) results.
+    - `inner_abstract_eval(params, *avals)`: the kernel's (inner) results, which may hold
+      partial reductions that `unsharded` / `partition` finish.
     - `reference(params, *arrays) -> tuple[Array, ...]`: pure JAX, bit-exact with the kernels.
     - `ffi_attrs(params) -> dict`: the kernel's attributes (typed numpy scalars / bools).
     - `batch(params, args, dims) -> (params', args', out_dims)`: rebinds with new params.
     - `sharding_rule(params, mesh, value_types, result_types) -> str`: Shardy rule.
     - `partition(params, mesh, arg_infos, result_infos) -> (local_fn, result_specs, arg_specs)`:
       `local_fn(bind_inner, *local_args)` computes the local result (and any collectives).
+    - `unsharded(params, bind_inner, *args)`: the same on one device (no collectives).
     """
 
     name: str
     abstract_eval: Callable[..., tuple]
+    inner_abstract_eval: Callable[..., tuple]
     reference: Callable[..., tuple]
     ffi_attrs: Callable[[Any], dict]
     batch: Callable[..., tuple]
     sharding_rule: Callable[..., str]
     partition: Callable[..., tuple]
+    unsharded: Callable[..., tuple]
 
 
 class Op:
@@ -61,8 +66,11 @@ class Op:
         self.inner.multiple_results = True
         self.outer = Primitive(f"eqx_quant_{spec.name}_partitioned")
         self.outer.multiple_results = True
+        self.inner.def_abstract_eval(
+            lambda *avals, params: spec.inner_abstract_eval(params, *avals)
+        )
+        self.outer.def_abstract_eval(lambda *avals, params: spec.abstract_eval(params, *avals))
         for prim in (self.inner, self.outer):
-            prim.def_abstract_eval(lambda *avals, params: spec.abstract_eval(params, *avals))
             prim.def_impl(functools.partial(_dispatch.apply_primitive, prim))
         self._register_inner_lowerings()
         self._register_outer()
@@ -115,7 +123,7 @@ class Op:
         inner_bind = self.bind_inner
 
         def body(params, *args):
-            return tuple(inner_bind(*args, params=params))
+            return tuple(spec.unsharded(params, inner_bind, *args))
 
         partitioned = custom_partitioning(body, static_argnums=(0,))
 

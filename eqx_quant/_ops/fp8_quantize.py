@@ -6,13 +6,19 @@ One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX referenc
 - `x`: `B + S` (B = `n_batch` vmapped dims), `scale`: `B + (1,)` float32;
 - `row`: `B + S` fp8 or (0,); `col`: `B + S[fa:] + S[:fa]` fp8 or (0,);
 - `scale_inv`, `amax`: `B + (1,)` float32 (amax = max |x| ignoring NaN, per example);
-- `dbias`: `B + S[:keep] + S[fa:]` float32 canonical tree sums (see `reference/_tree.py`), or (0,).
+- `dbias`: float32 canonical tree sums (see `reference/_tree.py`) or (0,). The public
+  (outer) primitive returns them fully reduced, `B + S[fa:]`; the kernel (inner primitive)
+  returns `B + S[:keep] + (split,) + S[fa:]`: the leading `keep` reduced axes unreduced (they
+  are sharded) and axis `keep` as `split` node sums of its tree (so a GPU can spread the
+  reduction over many blocks). `_finish_dbias` completes the same tree, gathering the partial
+  sums of sharded axes: the result is bit-identical under any power-of-two sharding.
 """
 
 import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
@@ -20,6 +26,11 @@ from jax.sharding import PartitionSpec
 from .. import reference
 from . import _sharding
 from ._primitive import Op, OpSpec
+
+
+# Node sums per dbias tree that a kernel returns (a power of two; 64 spreads an 8192-row
+# reduction over 64 x (columns / block) GPU blocks).
+DBIAS_SPLIT = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,46 +44,49 @@ class Fp8QuantizeParams:
     with_dbias: bool
     impl: str
     n_batch: int = 0
-    dbias_keep: int = 0
+    dbias_keep: int = 0  # inner primitive only
+    dbias_split: int = 1  # inner primitive only
 
     def ffi_attrs(self) -> dict:
         return dict(
-            n_batch=jnp.int64(self.n_batch) if False else _i64(self.n_batch),
-            flatten_axis=_i64(self.flatten_axis),
-            dbias_keep=_i64(self.dbias_keep),
+            n_batch=np.int64(self.n_batch),
+            flatten_axis=np.int64(self.flatten_axis),
+            dbias_keep=np.int64(self.dbias_keep),
+            dbias_split=np.int64(self.dbias_split),
             rowwise=bool(self.rowwise),
             colwise=bool(self.colwise),
             with_dbias=bool(self.with_dbias),
         )
 
 
-def _i64(v: int):
-    import numpy as np
-
-    return np.int64(v)
-
-
-def _shapes(params: Fp8QuantizeParams, x_shape: tuple[int, ...]) -> dict:
-    nb, fa = params.n_batch, params.flatten_axis
-    batch, s = x_shape[:nb], x_shape[nb:]
-    return dict(
-        row=x_shape if params.rowwise else (0,),
-        col=batch + s[fa:] + s[:fa] if params.colwise else (0,),
-        scale=batch + (1,),
-        dbias=batch + s[: params.dbias_keep] + s[fa:] if params.with_dbias else (0,),
+def _avals(params, x, dbias_form: str):
+    """Result avals; `dbias_form` is "public" (`B + S[fa:]`) or "kernel" (split partials)."""
+    nb, fa, keep = params.n_batch, params.flatten_axis, params.dbias_keep
+    batch, s = x.shape[:nb], x.shape[nb:]
+    q = jnp.dtype(params.q_dtype)
+    if not params.with_dbias:
+        dbias = (0,)
+    elif dbias_form == "public":
+        dbias = batch + s[fa:]
+    else:
+        dbias = batch + s[:keep] + (params.dbias_split,) + s[fa:]
+    return (
+        ShapedArray(x.shape if params.rowwise else (0,), q),
+        ShapedArray(batch + s[fa:] + s[:fa] if params.colwise else (0,), q),
+        ShapedArray(batch + (1,), jnp.float32),
+        ShapedArray(batch + (1,), jnp.float32),
+        ShapedArray(dbias, jnp.float32),
     )
 
 
 def _abstract_eval(params, x, scale):
-    shp = _shapes(params, x.shape)
-    q = jnp.dtype(params.q_dtype)
-    return (
-        ShapedArray(shp["row"], q),
-        ShapedArray(shp["col"], q),
-        ShapedArray(shp["scale"], jnp.float32),
-        ShapedArray(shp["scale"], jnp.float32),
-        ShapedArray(shp["dbias"], jnp.float32),
-    )
+    del scale
+    return _avals(params, x, "public")
+
+
+def _inner_abstract_eval(params, x, scale):
+    del scale
+    return _avals(params, x, "kernel")
 
 
 def _reference(params, x, scale):
@@ -86,21 +100,16 @@ def _reference(params, x, scale):
             colwise=params.colwise,
             with_dbias=params.with_dbias,
             dbias_keep=params.dbias_keep,
+            dbias_split=params.dbias_split,
         )
 
     nb = params.n_batch
     if nb == 0:
         return one(x, scale)
-    batch = x.shape[:nb]
     flat_x = x.reshape((-1,) + x.shape[nb:])
-    flat_s = scale.reshape((-1, 1))
-    outs = jax.vmap(one)(flat_x, flat_s)
-    shp = _shapes(params, x.shape)
-    keys = ("row", "col", "scale", "scale", "dbias")
-    present = (params.rowwise, params.colwise, True, True, params.with_dbias)
-    return tuple(
-        o.reshape(shp[k]) if p else o.reshape((0,)) for o, k, p in zip(outs, keys, present)
-    ) if batch else outs
+    outs = jax.vmap(one)(flat_x, scale.reshape((-1, 1)))
+    avals = _avals(params, x, "kernel")
+    return tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
 
 
 def _batch(params, args, dims):
@@ -124,6 +133,7 @@ def _batch(params, args, dims):
 
 
 def _sharding_rule(params, mesh, value_types, result_types):
+    del mesh, result_types
     nb, fa = params.n_batch, params.flatten_axis
     rank = len(value_types[0].shape) - nb
     b = _sharding.factors("b", nb)
@@ -131,41 +141,67 @@ def _sharding_rule(params, mesh, value_types, result_types):
     x = " ".join(b + s)
     row = x if params.rowwise else "z0"
     col = " ".join(b + s[fa:] + s[:fa]) if params.colwise else "z1"
-    dbias = " ".join(b + s[: params.dbias_keep] + s[fa:]) if params.with_dbias else "z2"
+    dbias = " ".join(b + s[fa:]) if params.with_dbias else "z2"
     scale_in = " ".join(b + ["u0"])
     scale_inv = " ".join(b + ["u1"])
     amax = " ".join(b + ["u2"])
     return f"{x}, {scale_in} -> {row}, {col}, {scale_inv}, {amax}, {dbias}"
 
 
+def _local(params, example_spec, bind_inner, x, scale):
+    """The op on one device's shards: the kernel, then the collectives that make the amax and
+    dbias global (`example_spec` = the mesh axes of each per-example dim, None if unsharded)."""
+    nb, fa = params.n_batch, params.flatten_axis
+    sharded_reduced = [i for i in range(fa) if example_spec[i] is not None]
+    keep = max(sharded_reduced) if (params.with_dbias and sharded_reduced) else 0
+    split = 1
+    if params.with_dbias and keep < fa:
+        length = x.shape[nb + keep]
+        split = 1 << min(DBIAS_SPLIT.bit_length() - 1, max(length, 1).bit_length() - 1)
+    inner = dataclasses.replace(params, dbias_keep=keep, dbias_split=split)
+    row, col, scale_inv, amax, dbias = bind_inner(x, scale, params=inner)
+    amax_axes = tuple(a for e in example_spec for a in _sharding.axes_of(e))
+    if amax_axes:
+        amax = lax.pmax(amax, amax_axes)
+    if params.with_dbias:
+        dbias = _finish_dbias(dbias, nb, keep, example_spec[:fa])
+    return row, col, scale_inv, amax, dbias
+
+
+def _finish_dbias(partial, n_batch, keep, reduced_spec):
+    """Complete the canonical tree: the split node sums of axis `keep`, then axes keep-1..0,
+    each gathered across its shards first when sharded (only the small partial sums move)."""
+    for axis in range(keep, -1, -1):
+        position = n_batch + axis
+        # This device's part of the axis, then its other shards' parts.
+        partial = reference.tree_sum_by_slices(partial, position)
+        names = _sharding.axes_of(reduced_spec[axis]) if axis < len(reduced_spec) else ()
+        if names:
+            gathered = lax.all_gather(partial, names, axis=position, tiled=False)
+            partial = reference.tree_sum_by_slices(gathered, position)
+    return partial
+
+
 def _partition(params, mesh, arg_infos, result_infos):
+    del result_infos
     x_info = arg_infos[0]
     nb, fa = params.n_batch, params.flatten_axis
-    shape = x_info.shape
-    spec = _sharding.padded_spec(x_info.sharding, len(shape))
-    spec = _sharding.keep_divisible(mesh, shape, spec)
+    spec = _sharding.padded_spec(x_info.sharding, len(x_info.shape))
+    spec = _sharding.keep_divisible(mesh, x_info.shape, spec)
     if params.with_dbias:
         # The canonical tree splits an axis into halves; only power-of-two shard counts align.
         spec = [
             None
-            if nb <= d < nb + fa and e is not None
+            if nb <= d < nb + fa
+            and e is not None
             and not _sharding.is_power_of_two(_sharding.shard_count(mesh, e))
             else e
             for d, e in enumerate(spec)
         ]
     batch, example = spec[:nb], spec[nb:]
-    amax_axes = tuple(a for e in example for a in _sharding.axes_of(e))
-    reduced_sharded = [i for i in range(fa) if example[i] is not None] if params.with_dbias else []
-    keep = max(reduced_sharded) if reduced_sharded else 0
-    local_params = dataclasses.replace(params, dbias_keep=keep)
 
     def local_fn(bind_inner, x, scale):
-        row, col, scale_inv, amax, dbias = bind_inner(x, scale, params=local_params)
-        if amax_axes:
-            amax = lax.pmax(amax, amax_axes)
-        if reduced_sharded:
-            dbias = _combine_dbias(dbias, nb, keep, example, mesh)
-        return row, col, scale_inv, amax, dbias
+        return _local(params, example, bind_inner, x, scale)
 
     none = PartitionSpec(None)
     result_specs = (
@@ -179,35 +215,21 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, result_specs, arg_specs
 
 
-def _combine_dbias(partial, n_batch, keep, example_spec, mesh):
-    """Finish the canonical tree over reduced axes keep..0 across shards.
-
-    The kernel already reduced axes keep+1.. fully and the local part of axis `keep`. Each
-    sharded axis is finished by gathering the per-shard partial sums (small: no data is
-    gathered) and summing them with the top levels of the same tree.
-    """
-    for axis in range(keep, -1, -1):
-        position = n_batch + axis
-        if axis < keep:
-            partial = reference.tree_sum(partial, position)
-            partial = jnp.expand_dims(partial, position) if example_spec[axis] else partial
-            if example_spec[axis] is None:
-                continue
-            partial = jnp.squeeze(partial, position)
-        names = _sharding.axes_of(example_spec[axis])
-        gathered = lax.all_gather(partial, names, axis=position, tiled=False)
-        partial = reference.tree_sum(gathered, position)
-    return partial
+def _unsharded(params, bind_inner, x, scale):
+    rank = x.ndim - params.n_batch
+    return _local(params, [None] * rank, bind_inner, x, scale)
 
 
 fp8_quantize_op = Op(
     OpSpec(
         name="fp8_quantize",
         abstract_eval=_abstract_eval,
+        inner_abstract_eval=_inner_abstract_eval,
         reference=_reference,
         ffi_attrs=lambda params: params.ffi_attrs(),
         batch=_batch,
         sharding_rule=_sharding_rule,
         partition=_partition,
+        unsharded=_unsharded,
     )
 )

@@ -19,4 +19,10 @@ from ._ieee import (
     multiply as multiply,
     to_fp8_bytes as to_fp8_bytes,
 )
-from ._tree import nested_tree_sum as nested_tree_sum, tree_sum as tree_sum
+from ._tree import (
+    nested_tree_sum as nested_tree_sum,
+    node_bounds as node_bounds,
+    split_tree_sum as split_tree_sum,
+    tree_sum as tree_sum,
+    tree_sum_by_slices as tree_sum_by_slices,
+)

@@ -83,23 +83,28 @@ def fp8_quantize(
     colwise: bool,
     with_dbias: bool,
     dbias_keep: int = 0,
+    dbias_split: int = 1,
 ) -> tuple[Array, Array, Array, Array, Array]:
     """Reference of the `eqx_quant_fp8_quantize` kernel for one example.
 
     Returns `(row, col, scale_inv, amax, dbias)` exactly as the kernel writes them: absent
-    outputs have shape (0,); `dbias` is the float32 canonical tree sum over axes
-    `dbias_keep..flatten_axis-1` (see `_tree.py`), not yet cast to x's dtype.
+    outputs have shape (0,); `dbias` holds float32 canonical tree sums over axes
+    `dbias_keep..flatten_axis-1` (see `_tree.py`), with axis `dbias_keep` split into the
+    `dbias_split` nodes of its tree: shape `S[:keep] + (split,) + S[fa:]` (split is 1 when
+    nothing is reduced). Not yet cast to x's dtype.
     """
-    from ._tree import nested_tree_sum
+    from ._tree import nested_tree_sum, split_tree_sum
 
     empty = jnp.zeros((0,), q_dtype)
     y = multiply(x.astype(jnp.float32), scale.reshape(()))
     q = cast_fp8(y, q_dtype)
     row = q if rowwise else empty
     col = transpose_2d(q, flatten_axis) if colwise else empty
-    dbias = (
-        nested_tree_sum(x.astype(jnp.float32), dbias_keep, flatten_axis)
-        if with_dbias
-        else jnp.zeros((0,), jnp.float32)
-    )
+    if not with_dbias:
+        dbias = jnp.zeros((0,), jnp.float32)
+    elif dbias_keep == flatten_axis:
+        dbias = jnp.expand_dims(x.astype(jnp.float32), dbias_keep)
+    else:
+        inner = nested_tree_sum(x.astype(jnp.float32), dbias_keep + 1, flatten_axis)
+        dbias = split_tree_sum(inner, dbias_keep, dbias_split)
     return row, col, reciprocal(scale), amax(x), dbias
