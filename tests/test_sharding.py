@@ -147,7 +147,7 @@ def test_shard_map_amax_axes(impl, mode):
 def test_sharding_rule_lowers_to_custom_call_on_cuda():
     """The CUDA lowering exists and names the CUDA target (checked without a GPU)."""
     if "cuda" not in eqq.native_platforms():
-        pytest.skip("eqx_quant was built without CUDA")
+        pytest.skip("eqx_quant was built without CUDA kernels")
     x = jnp.ones((16, 32), jnp.bfloat16)
     f = jax.jit(lambda x: eqq.quantize_dbias(x, eqq.CurrentScaleQuantizer()))
     text = f.trace(x).lower(lowering_platforms=("cuda",)).as_text()
