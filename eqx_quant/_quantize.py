@@ -110,7 +110,7 @@ def _forward(config: _Config, x: Array, quantizer_arrays) -> tuple[ScaledTensor,
         rowwise=part(data=row, data_layout="N") if layout.has_rowwise else None,
         colwise=part(data=col, data_layout="T") if layout.has_colwise else None,
     )
-    dbias = dbias.astype(x.dtype) if config.with_dbias else None
+    dbias = reference.cast_canonical(dbias, x.dtype) if config.with_dbias else None
     return tensor, dbias
 
 

@@ -104,7 +104,7 @@ def _dequantize_vjp(data, scale_inv, amax, dq_dtype, layout, flatten_axis, ndim)
     # Per-example scale_inv (..., 1) broadcast over the example's dims.
     lead = scale_inv.shape[:-1]
     s = scale_inv.reshape(lead + (1,) * ndim)
-    y = reference.multiply(data.astype(jnp.float32), s).astype(dq_dtype)
+    y = reference.cast_canonical(reference.multiply(data.astype(jnp.float32), s), dq_dtype)
     return _to_original_layout(y, layout, flatten_axis, ndim)
 
 

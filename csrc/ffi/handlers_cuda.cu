@@ -1,14 +1,17 @@
-// XLA FFI handler (CUDA) of eqx_quant_fp8_quantize. The operands are validated
-// exactly as on CPU; the CUDA kernels are not written yet, so a valid call
-// returns UNIMPLEMENTED.
+// XLA FFI handler (CUDA) of eqx_quant_fp8_quantize: validate exactly as on
+// CPU, then enqueue the CUDA kernels (kernels/fp8_quantize_cuda.h) on XLA's
+// stream. Nothing is allocated and nothing synchronises, so the handler can
+// be captured into a CUDA graph (kCmdBufferCompatible).
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "common/fp8_quantize_problem.h"
 #include "ffi/fp8_quantize_args.h"
 #include "ffi/fp8_quantize_binding.h"
+#include "kernels/fp8_quantize_cuda.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -16,20 +19,48 @@ namespace {
 
 namespace ffi = xla::ffi;
 
+constexpr char kTarget[] = "eqx_quant_fp8_quantize_cuda";
+
 ffi::Error Fp8QuantizeCudaImpl(
     cudaStream_t stream, ffi::AnyBuffer x, ffi::Buffer<ffi::F32> scale,
     ffi::Result<ffi::AnyBuffer> row, ffi::Result<ffi::AnyBuffer> col,
     ffi::ResultBuffer<ffi::F32> scale_inv, ffi::ResultBuffer<ffi::F32> amax,
     ffi::ResultBuffer<ffi::F32> dbias, int64_t n_batch, int64_t flatten_axis,
-    int64_t dbias_keep, bool rowwise, bool colwise, bool with_dbias) {
-  (void)stream;
-  const Fp8QuantizeAttrs attrs{n_batch, flatten_axis, dbias_keep,
-                               rowwise, colwise,      with_dbias};
+    int64_t dbias_keep, int64_t dbias_split, bool rowwise, bool colwise,
+    bool with_dbias) {
+  Fp8QuantizeAttrs attrs;
+  attrs.n_batch = n_batch;
+  attrs.flatten_axis = flatten_axis;
+  attrs.dbias_keep = dbias_keep;
+  attrs.dbias_split = dbias_split;
+  attrs.rowwise = rowwise;
+  attrs.colwise = colwise;
+  attrs.with_dbias = with_dbias;
   ffi::ErrorOr<Fp8QuantizeProblem> problem = CheckFp8QuantizeOperands(
       x, scale, *row, *col, *scale_inv, *amax, *dbias, attrs);
   if (!problem.has_value()) return problem.error();
-  return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                    "eqx_quant_fp8_quantize: CUDA kernel not implemented yet");
+
+  Fp8QuantizeBuffers buffers;
+  buffers.x = x.untyped_data();
+  buffers.scale = scale.typed_data();
+  buffers.row = problem->rowwise ? static_cast<uint8_t*>(row->untyped_data())
+                                 : nullptr;
+  buffers.col = problem->colwise ? static_cast<uint8_t*>(col->untyped_data())
+                                 : nullptr;
+  buffers.scale_inv = scale_inv->typed_data();
+  buffers.amax = amax->typed_data();
+  buffers.dbias = problem->with_dbias ? dbias->typed_data() : nullptr;
+
+  const cuda::LaunchStatus status = cuda::Fp8Quantize(*problem, buffers, stream);
+  if (status.ok) return ffi::Error::Success();
+  if (status.invalid_argument) {
+    return ffi::Error::InvalidArgument(std::string(kTarget) + ": " +
+                                       status.what);
+  }
+  const cudaError_t error = static_cast<cudaError_t>(status.cuda_error);
+  return ffi::Error::Internal(std::string(kTarget) + ": " + status.what +
+                              " failed: " + cudaGetErrorName(error) + ": " +
+                              cudaGetErrorString(error));
 }
 
 }  // namespace

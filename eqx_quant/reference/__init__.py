@@ -13,6 +13,7 @@ from ._fp8 import (
 )
 from ._ieee import (
     add as add,
+    cast_canonical as cast_canonical,
     divide as divide,
     max_abs as max_abs,
     max_propagate_nan as max_propagate_nan,

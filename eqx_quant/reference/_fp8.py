@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Shaped
 
-from ._ieee import divide, is_positive_finite, max_abs, multiply, to_fp8_bytes
+from ._ieee import cast_canonical, divide, is_positive_finite, max_abs, multiply, to_fp8_bytes
 
 
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
@@ -70,7 +70,7 @@ def dequantize_tensor(
     data: Shaped[Array, "..."], scale_inv: Float[Array, "1"], dq_dtype
 ) -> Shaped[Array, "..."]:
     """`float32(data) * scale_inv`, cast to `dq_dtype`."""
-    return multiply(data.astype(jnp.float32), scale_inv.reshape(())).astype(dq_dtype)
+    return cast_canonical(multiply(data.astype(jnp.float32), scale_inv.reshape(())), dq_dtype)
 
 
 def fp8_quantize(

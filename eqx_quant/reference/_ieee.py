@@ -199,6 +199,15 @@ def max_propagate_nan(x: Float[Array, " n"]) -> Float[Array, ""]:
     return jnp.where(jnp.any(jnp.isnan(x)), jnp.float32(jnp.nan), from_bits(out))
 
 
+def cast_canonical(y: Float[Array, "..."], dtype) -> Shaped[Array, "..."]:
+    """`y.astype(dtype)` with NaN written as the dtype's positive quiet NaN on every backend.
+
+    (XLA's float32 -> bfloat16/float16 conversion keeps NaN payloads on CPU but not on GPU.)
+    """
+    out = y.astype(dtype)
+    return jnp.where(jnp.isnan(y), jnp.array(float("nan"), dtype), out)
+
+
 def is_positive_finite(x: Float[Array, "..."]) -> Array:
     """`0 < x < inf`, decided on the bits (a subnormal amax counts as positive)."""
     b = bits(x)

@@ -1,0 +1,337 @@
+"""The CUDA kernels against the pure-JAX reference run on the CPU, byte for byte.
+
+Runs only where a CUDA device and eqx_quant's CUDA library are present (otherwise skipped
+with a reason that mentions CUDA, which `EQX_QUANT_REQUIRE_CUDA=1` turns into a failure).
+Every case runs `eqx_quant.quantize` / `quantize_dbias` with `impl="ffi"` on the GPU and the
+same call with `impl="reference"` on the CPU device, and compares the bytes of every output
+(row and col data, scale_inv, amax, dbias). The reference of a case is computed once, for
+the ROWWISE_COLWISE layout with dbias, and serves the GPU calls of every layout with and
+without dbias (the FP8 bytes do not depend on those choices), which keeps the CPU compile
+time of the suite small. If the process has no CPU backend (`JAX_PLATFORMS=cuda`), the
+reference runs on the GPU instead (it is integer arithmetic, exact on every backend).
+"""
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import eqx_quant as eqq
+
+
+def _cuda_device():
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError:
+        return None
+    return devices[0] if devices else None
+
+
+CUDA = _cuda_device()
+HAS_KERNELS = "cuda" in eqq.native_platforms()
+pytestmark = pytest.mark.skipif(
+    CUDA is None or not HAS_KERNELS,
+    reason="needs a CUDA device and eqx_quant's CUDA kernels "
+    f"(device: {CUDA}, CUDA library: {eqq.library_paths().get('cuda')})",
+)
+
+LAYOUTS = (
+    eqq.QuantizeLayout.ROWWISE,
+    eqq.QuantizeLayout.COLWISE,
+    eqq.QuantizeLayout.ROWWISE_COLWISE,
+)
+Q_DTYPES = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
+X_DTYPES = {"f32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16}
+
+
+def _reference_device():
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError:
+        return CUDA
+
+
+def _quantizer(kind, q_dtype, layout, scale):
+    if kind == "current":
+        return eqq.CurrentScaleQuantizer(q_dtype, layout)
+    return eqq.DelayedScaleQuantizer(q_dtype, layout, scale=jnp.asarray([scale], jnp.float32))
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(flatten_axis, with_dbias, impl, vmapped):
+    def one(x, quantizer):
+        if with_dbias:
+            return eqq.quantize_dbias(x, quantizer, flatten_axis, impl=impl)
+        return eqq.quantize(x, quantizer, flatten_axis, impl=impl), None
+
+    return jax.jit(jax.vmap(one, in_axes=(0, None)) if vmapped else one)
+
+
+def _call(x, quantizer, flatten_axis, with_dbias, impl, vmapped):
+    return _jitted(flatten_axis, with_dbias, impl, vmapped)(x, quantizer)
+
+
+def _arrays(result):
+    """{name: numpy array} of every output of a quantize(_dbias) call."""
+    tensor, dbias = result
+    out = {}
+    for name in ("rowwise", "colwise"):
+        part = getattr(tensor, name)
+        if part is not None:
+            out[name] = np.asarray(part.data)
+            out[name + ".scale_inv"] = np.asarray(part.scale_inv)
+            out[name + ".amax"] = np.asarray(part.amax)
+    if dbias is not None:
+        out["dbias"] = np.asarray(dbias)
+    return out
+
+
+def _bytes(a):
+    a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint8)
+
+
+def _assert_same_bytes(got, want, what):
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    g, w = _bytes(got), _bytes(want)
+    bad = np.flatnonzero(g != w)
+    if bad.size:
+        item = bad[0] // max(got.dtype.itemsize, 1)
+        index = np.unravel_index(item, got.shape) if got.ndim else ()
+        raise AssertionError(
+            f"{what}: {bad.size} of {g.size} bytes differ; first at element {index}: "
+            f"got {got.reshape(-1)[item]!r} ({g[bad[0]]:#04x}), "
+            f"want {want.reshape(-1)[item]!r} ({w[bad[0]]:#04x})"
+        )
+
+
+ALL_COMBOS = tuple((layout, d) for layout in LAYOUTS for d in (False, True))
+
+
+def _check(x_np, q_name, flatten_axis=-1, kind="current", scales=(1.0,), vmapped=False,
+           combos=ALL_COMBOS):
+    """GPU impl="ffi" == reference on the CPU, for each (layout, with_dbias) in `combos`."""
+    q_dtype = Q_DTYPES[q_name]
+    ref_device = _reference_device()
+    x_ref = jax.device_put(x_np, ref_device)
+    x_gpu = jax.device_put(x_np, CUDA)
+    for scale in scales:
+        full = eqq.QuantizeLayout.ROWWISE_COLWISE
+        with jax.default_device(ref_device):
+            q_ref = _quantizer(kind, q_dtype, full, scale)
+            want = _arrays(_call(x_ref, q_ref, flatten_axis, True, "reference", vmapped))
+        for layout, with_dbias in combos:
+            with jax.default_device(CUDA):
+                q_gpu = _quantizer(kind, q_dtype, layout, scale)
+                got = _arrays(_call(x_gpu, q_gpu, flatten_axis, with_dbias, "ffi", vmapped))
+            what = (
+                f"x {x_np.dtype}{list(x_np.shape)} fa={flatten_axis} {q_name} {kind} "
+                f"scale={scale} {layout.name} dbias={with_dbias} vmap={vmapped}"
+            )
+            expected_keys = {k for k in want if with_dbias or k != "dbias"}
+            if not layout.has_rowwise:
+                expected_keys -= {k for k in expected_keys if k.startswith("rowwise")}
+            if not layout.has_colwise:
+                expected_keys -= {k for k in expected_keys if k.startswith("colwise")}
+            assert set(got) == expected_keys, f"{what}: outputs {sorted(got)}"
+            for key in got:
+                _assert_same_bytes(got[key], want[key], f"{what}: {key}")
+
+
+def _random(shape, dtype, seed=0, scale=3.0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32) * scale
+    return np.array(jnp.asarray(x, dtype))  # a writable copy
+
+
+# (shape, flatten_axis, x dtype, q dtype): odd sizes, tails of every kind, zero sizes, deep
+# dbias trees (8192 rows: 64 nodes of 128 rows, shared-memory stack levels), nested reduced
+# axes, and shapes whose few dbias nodes are split over a cluster of blocks.
+SHAPES = [
+    ((37, 1001), -1, "bf16", "e4m3"),
+    ((37, 1001), -1, "f32", "e5m2"),
+    ((1, 7), -1, "f16", "e4m3"),
+    ((7, 1), -1, "bf16", "e5m2"),
+    ((7, 13), -1, "f32", "e4m3"),
+    ((13,), -1, "bf16", "e4m3"),
+    ((3, 5, 7), -2, "f16", "e5m2"),
+    ((3, 5, 7), -3, "f32", "e4m3"),
+    ((0, 5), -1, "bf16", "e4m3"),
+    ((5, 0), -1, "f32", "e4m3"),
+    ((2, 0, 3), -1, "f16", "e4m3"),
+    ((256, 520), -1, "bf16", "e4m3"),
+    ((1000, 48), -1, "f32", "e4m3"),
+    ((8192, 64), -1, "bf16", "e5m2"),
+    ((64, 2, 32), -2, "f16", "e4m3"),
+    ((4, 96, 80), 2, "f32", "e4m3"),
+    ((2, 512, 64), 2, "bf16", "e4m3"),
+]
+
+
+# Each kernel variant once per shape (CastRowwiseKernel; WalkKernel with the transposed
+# output alone, with dbias and the rowwise output, with both and the rowwise output), plus
+# one of the two remaining combinations in turn.
+SHAPE_COMBOS = (
+    (eqq.QuantizeLayout.ROWWISE, False),
+    (eqq.QuantizeLayout.COLWISE, False),
+    (eqq.QuantizeLayout.ROWWISE, True),
+    (eqq.QuantizeLayout.ROWWISE_COLWISE, True),
+)
+EXTRA_COMBOS = ((eqq.QuantizeLayout.ROWWISE_COLWISE, False), (eqq.QuantizeLayout.COLWISE, True))
+PATTERN_COMBOS = (
+    (eqq.QuantizeLayout.ROWWISE, False),
+    (eqq.QuantizeLayout.ROWWISE_COLWISE, False),
+    (eqq.QuantizeLayout.ROWWISE_COLWISE, True),
+)
+
+
+@pytest.mark.parametrize(
+    "shape,flatten_axis,x_name,q_name", SHAPES, ids=[f"{s}-{fa}-{x}-{q}" for s, fa, x, q in SHAPES]
+)
+def test_shapes_match_reference(shape, flatten_axis, x_name, q_name):
+    x = _random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
+    # Current scaling takes its amax from JAX; delayed scaling reports the kernel's.
+    index = SHAPES.index((shape, flatten_axis, x_name, q_name))
+    kind = "delayed" if index % 2 else "current"
+    combos = SHAPE_COMBOS + (EXTRA_COMBOS[index % 2],)
+    _check(x, q_name, flatten_axis, kind=kind, scales=(37.0,), combos=combos)
+
+
+@pytest.mark.parametrize("q_name", ["e4m3", "e5m2"])
+def test_all_bf16_patterns(q_name):
+    """Every bf16 bit pattern (NaNs, infinities, subnormals, both zeros) at several scales."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).reshape(256, 256)
+    x = bits.view(ml_dtypes.bfloat16)
+    scales = (1.0, 3.75, 2.0**-20, 1e30, 0.0, float("inf"), float("nan"), -0.5)
+    _check(x, q_name, kind="delayed", scales=scales, combos=PATTERN_COMBOS)
+
+
+@pytest.mark.parametrize("q_name", ["e4m3", "e5m2"])
+def test_all_f16_patterns(q_name):
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).reshape(512, 128)
+    x = bits.view(np.float16)
+    _check(x, q_name, kind="delayed", scales=(1.0, 1e-3, 300.0), combos=PATTERN_COMBOS)
+
+
+def test_f32_special_values():
+    """Zeros, infinities, NaNs of both signs, f32 subnormals, values at the FP8 limits and
+    at rounding ties, in f32 (so dbias keeps every bit)."""
+    specials = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1.17e-38, -3e-39,
+         448.0, -448.0, 464.0, 480.0, 57344.0, 61440.0, -61441.0, 2.0**-9, 2.0**-10,
+         3 * 2.0**-11, 1.0625, 1.1875, 240.0, 232.0, 3.4e38, -3.4e38],
+        np.float32,
+    )
+    rng = np.random.default_rng(7)
+    x = rng.choice(specials, size=(48, 40)).astype(np.float32)
+    x[::5] = rng.standard_normal((10, 40)).astype(np.float32)
+    bits = x.view(np.uint32)
+    bits[7, :8] = [0x7F800001, 0xFF800001, 0x7FC00001, 0xFFFFFFFF, 1, 0x80000001, 0x007FFFFF, 0]
+    for q_name in ("e4m3", "e5m2"):
+        _check(x, q_name, kind="delayed", scales=(1.0, 2.0**-7, 1e-38, -3.0))
+    # Only f32 subnormals, zeros and NaNs: the amax must keep subnormals (no FTZ) and
+    # ignore NaN; a huge scale lifts the products into the FP8 range.
+    tiny = rng.integers(0, 1 << 23, size=(33, 70)).astype(np.uint32)
+    tiny[::4] |= np.uint32(0x80000000)
+    tiny[5, 5] = 0x7FC00000
+    tiny[6, :3] = [0, 0x80000000, 0xFFC00000]
+    _check(tiny.view(np.float32), "e4m3", kind="delayed", scales=(1.0, 2.0**127))
+
+
+def test_vmap_batches_match_reference():
+    """n_batch > 0: each example has its own amax, scale, rows and dbias."""
+    x = _random((3, 37, 100), jnp.bfloat16, seed=3)
+    x[1] *= 100  # a different amax per example
+    _check(x, "e4m3", vmapped=True)
+    _check(x, "e4m3", kind="delayed", scales=(2.5,), vmapped=True)
+    x32 = _random((2, 4, 64, 24), jnp.float32, seed=4)
+    _check(x32, "e5m2", flatten_axis=2, vmapped=True,
+           combos=((eqq.QuantizeLayout.ROWWISE_COLWISE, True),))
+
+
+def test_repeated_calls_reset_amax():
+    """The amax output is zeroed by every call: a small tensor after a large one."""
+    for layout in (eqq.QuantizeLayout.ROWWISE_COLWISE, eqq.QuantizeLayout.ROWWISE):
+        with jax.default_device(CUDA):
+            q = eqq.DelayedScaleQuantizer(jnp.float8_e4m3fn, layout)
+        fn = jax.jit(lambda x, q=q: eqq.quantize(x, q, impl="ffi"))
+        for factor in (1000.0, 1.0, 1000.0, 0.5):
+            x = jax.device_put(_random((64, 256), jnp.bfloat16) * np.float32(factor), CUDA)
+            x = x.astype(jnp.bfloat16)
+            t = fn(x)
+            part = t.rowwise if t.rowwise is not None else t.colwise
+            want = np.max(np.abs(np.asarray(x, np.float32)))
+            assert np.asarray(part.amax)[0] == want
+            first = [np.asarray(a) for a in jax.tree.leaves(t)]
+            again = [np.asarray(a) for a in jax.tree.leaves(fn(x))]
+            for a, b in zip(first, again):
+                _assert_same_bytes(a, b, "repeated call")
+
+
+def test_hardware_fp8_convert_equals_fp8_format():
+    """`cvt.rn.satfinite.{e4m3,e5m2}x2.f32` == fp8_format.h's FloatToFp8 on all 2^32 f32
+    inputs (each paired with its negation), NaN -> 0x7F and the sign of zero included."""
+    import ctypes
+
+    library = ctypes.CDLL(eqq.library_paths()["cuda"])
+    mismatches = ctypes.c_ulonglong(0)
+    first = ctypes.c_uint(0)
+    jax.block_until_ready(jax.device_put(np.zeros(1, np.float32), CUDA))  # context is up
+    error = library.EqxQuantCudaFp8ConvertSelfTest(ctypes.byref(mismatches), ctypes.byref(first))
+    assert error == 0, f"CUDA error {error}"
+    assert mismatches.value == 0, (
+        f"{mismatches.value} f32 inputs convert differently; first bits {first.value:#010x}"
+    )
+
+
+_GRAPH_CODE = textwrap.dedent(
+    """
+    import hashlib
+    import jax, jax.numpy as jnp, numpy as np
+    import eqx_quant as eqq
+
+    def run():
+        x = jnp.asarray(np.random.default_rng(1).standard_normal((512, 384)) * 3, jnp.bfloat16)
+        out = []
+        for layout in (eqq.QuantizeLayout.ROWWISE, eqq.QuantizeLayout.ROWWISE_COLWISE):
+            q = eqq.CurrentScaleQuantizer(jnp.float8_e4m3fn, layout)
+            f = jax.jit(lambda x: eqq.quantize_dbias(jnp.sin(x) * 2, q, impl="ffi"))
+            g = jax.jit(lambda x: eqq.quantize(x + 1, q, impl="ffi"))
+            for _ in range(3):  # the first run records the graph, later ones replay it
+                out.append(f(x))
+                out.append(g(x))
+        h = hashlib.sha256()
+        for leaf in jax.tree.leaves(out):
+            h.update(np.asarray(leaf).tobytes())
+        return h.hexdigest()
+    """
+)
+
+
+def test_cuda_graphs_give_the_same_bytes():
+    """Under XLA command buffers with every op captured (--xla_gpu_graph_min_graph_size=1;
+    the handler is kCmdBufferCompatible) the results equal those of this process, whose small
+    computations are not captured (default minimum graph size)."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_graph_min_graph_size=1").strip()
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    proc = subprocess.run(
+        [sys.executable, "-c", _GRAPH_CODE + "\nprint('DIGEST', run())\n"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("DIGEST")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    namespace = {}
+    exec(_GRAPH_CODE, namespace)
+    with jax.default_device(CUDA):
+        plain = namespace["run"]()
+    assert lines[-1].split()[1] == plain
