@@ -198,3 +198,15 @@ def test_dbias_special_values(xd, impl):
     _, db = eqq.quantize_dbias(jnp.asarray(tiny), quantizer, -1, impl=impl)
     bytes_equal(db, oracle.dbias_cast(tiny, -1), "subnormal dbias")
     assert float(np.asarray(db, np.float32)[0]) > 0
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("rows", [27, 100, 216, 96, 1000])
+def test_dbias_tree_order_for_unaligned_row_counts(rows, impl):
+    """Row counts whose tree nodes are not ceil(p*n/P)-aligned (a past bug); values whose
+    float32 sum depends on the order, so any other order shows."""
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, 64)) * np.exp(rng.uniform(-12, 12, (rows, 64)))).astype(np.float32)
+    q = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)
+    _, dbias = eqq.quantize_dbias(jnp.asarray(x), q, impl=impl)
+    bytes_equal(dbias, oracle.dbias_cast(x, -1), f"dbias rows={rows}")

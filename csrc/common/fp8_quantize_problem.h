@@ -33,7 +33,7 @@ struct Fp8QuantizeProblem {
   // dbias_kept_rows * prod(dbias_reduced_dims) == rows.
   int64_t dbias_kept_rows = 1;
   // The first reduced axis, S[dbias_keep], is split into dbias_split nodes of
-  // its canonical tree (node p covers indices [ceil(p*n/P), ceil((p+1)*n/P)));
+  // its canonical tree (P divides n: node p covers indices [p*n/P, (p+1)*n/P));
   // dbias holds one partial sum per node: batch x kept x dbias_split x cols.
   int64_t dbias_split = 1;
   std::vector<int64_t> dbias_reduced_dims;

@@ -235,11 +235,13 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   // dbias.
   const std::string dbias_note = "with_dbias=" + BoolString(attrs.with_dbias);
   if (attrs.with_dbias) {
-    if (attrs.dbias_split > 1 && attrs.dbias_split > reduced_dims[0]) {
+    if (attrs.dbias_split > 1 &&
+        (reduced_dims[0] % attrs.dbias_split != 0 ||
+         (attrs.dbias_split & (attrs.dbias_split - 1)) != 0)) {
       return InvalidArgument(
           "dbias_split=" + std::to_string(attrs.dbias_split) +
-          " exceeds the length " + std::to_string(reduced_dims[0]) +
-          " of the split axis S[dbias_keep]");
+          " must be a power of two dividing the length " +
+          std::to_string(reduced_dims[0]) + " of the split axis S[dbias_keep]");
     }
     const std::vector<int64_t> split = {attrs.dbias_split};
     if (auto error = CheckShape(

@@ -222,7 +222,7 @@ void QuantizeExample(const Fp8QuantizeProblem& problem,
     const int64_t vectors = std::max<int64_t>(
         1, NestedTreeSumScratchVectors(reduced_dims, num_reduced));
     workspace.tree.resize(static_cast<size_t>(vectors * panel));
-    // Node p of the split axis covers [ceil(p*n/P), ceil((p+1)*n/P)); the
+    // Node p of the split axis covers [p*n/P, (p+1)*n/P) (P divides n); the
     // node's tree is the nested tree with the split axis shortened to it.
     const int64_t split = problem.dbias_split;
     const int64_t split_len = num_reduced > 0 ? reduced_dims[0] : 1;

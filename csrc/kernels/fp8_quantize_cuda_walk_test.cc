@@ -12,8 +12,11 @@
 //     2^s subtrees as a cluster of 2^s blocks does, each subtree streamed row
 //     by row through DbiasStack with LeafMerges, then the subtree sums merged
 //     pairwise), equals NestedTreeSum over the node's rows;
-//   * the P node sums, finished with the canonical tree over P, equal
-//     NestedTreeSum over all rows (so the node boundaries are the tree's);
+//   * with CanonicalNodeRoot, the P node sums finished with the canonical
+//     tree over P equal NestedTreeSum over all rows (the nodes are the
+//     tree's). With NodeRoot (ceil(p*n/P), what the CPU kernel and the
+//     reference use today) that fails for some n % P != 0: the count of such
+//     (shape, split) pairs is printed as a note, not a failure;
 //   * the stack never grows past StackBound (the kernels size their shared
 //     memory overflow with it), and LeafMerges adds up to rows - 1 merges.
 

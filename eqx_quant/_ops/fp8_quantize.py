@@ -156,8 +156,10 @@ def _local(params, example_spec, bind_inner, x, scale):
     keep = max(sharded_reduced) if (params.with_dbias and sharded_reduced) else 0
     split = 1
     if params.with_dbias and keep < fa:
+        # The largest power of two (<= DBIAS_SPLIT) that divides the axis: its tree's nodes
+        # at that depth are then equal chunks (with a remainder they would not be).
         length = x.shape[nb + keep]
-        split = 1 << min(DBIAS_SPLIT.bit_length() - 1, max(length, 1).bit_length() - 1)
+        split = min(DBIAS_SPLIT, length & -length) if length > 0 else 1
     inner = dataclasses.replace(params, dbias_keep=keep, dbias_split=split)
     row, col, scale_inv, amax, dbias = bind_inner(x, scale, params=inner)
     amax_axes = tuple(a for e in example_spec for a in _sharding.axes_of(e))

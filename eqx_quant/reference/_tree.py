@@ -1,8 +1,8 @@
 """The canonical pairwise tree sum that makes dbias bit-reproducible under any sharding.
 
 The sum of `n` float32 values along an axis is the binary tree that splits at `h = ceil(n/2)`:
-`T(v[0:n]) = T(v[0:h]) + T(v[h:n])`, `T(v[0:1]) = v[0]`, `T(v[0:0]) = +0`. The nodes at depth
-`d` cover `[ceil(i*n/2^d), ceil((i+1)*n/2^d))`. When a mesh splits the axis into `P` equal
+`T(v[0:n]) = T(v[0:h]) + T(v[h:n])`, `T(v[0:1]) = v[0]`, `T(v[0:0]) = +0`. When `2^d` divides `n`,
+the nodes at depth `d` are the equal chunks `[i*n/2^d, (i+1)*n/2^d)`. When a mesh splits the axis into `P` equal
 shards (`P` a power of two), each shard holds one node of the tree, so per-shard sums combined
 with the same tree give exactly the unsharded result. Kernels use the same property to split
 the work: they return the `P` node sums of depth `log2(P)` and the top levels are finished here.
@@ -22,7 +22,13 @@ from ._ieee import add
 
 
 def node_bounds(n: int, split: int) -> list[tuple[int, int]]:
-    """`[begin, end)` of the `split` nodes at depth log2(split) of the tree over `n` values."""
+    """`[begin, end)` of the `split` nodes at depth log2(split) of the tree over `n` values.
+
+    `split` must be a power of two that divides `n` (then the nodes are equal chunks; with a
+    remainder the tree's nodes are not `ceil(p*n/split)`-aligned, e.g. n=27, split=8).
+    """
+    if n % split or split & (split - 1):
+        raise ValueError(f"node_bounds: split={split} must be a power of two dividing n={n}.")
     return [(-(-p * n // split), -(-(p + 1) * n // split)) for p in range(split)]
 
 
