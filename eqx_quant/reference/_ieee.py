@@ -62,14 +62,22 @@ def _classify(b: Array):
     return mag, mag > _u32(_INF), mag == _u32(_INF), mag == 0
 
 
+def _operands(a: Array, b: Array):
+    """Sign of the product/quotient and (nan, inf, zero, significand, exponent) of a and b."""
+    ia, ib = bits(a), bits(b)
+    unpacked = []
+    for b_ in (ia, ib):
+        mag, nan, inf, zero = _classify(b_)
+        sig, exp = _unpack(mag)
+        unpacked.append((nan, inf, zero, sig, exp))
+    return (ia ^ ib) & _u32(_SIGN), unpacked[0], unpacked[1]
+
+
 def divide(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
     """Correctly rounded float32 `a / b` (26-step integer long division)."""
-    ia, ib = bits(a), bits(b)
-    sign = (ia ^ ib) & _u32(_SIGN)
-    mag_a, a_nan, a_inf, a_zero = _classify(ia)
-    mag_b, b_nan, b_inf, b_zero = _classify(ib)
-    sig_a, exp_a = _unpack(mag_a)
-    sig_b, exp_b = _unpack(mag_b)
+    sign, (a_nan, a_inf, a_zero, sig_a, exp_a), (b_nan, b_inf, b_zero, sig_b, exp_b) = _operands(
+        a, b
+    )
     smaller = sig_a < sig_b
     rem = jnp.where(smaller, sig_a << 1, sig_a)
     exp = exp_a - exp_b - smaller.astype(jnp.int32)
@@ -89,12 +97,9 @@ def divide(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
 
 def multiply(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
     """Correctly rounded float32 `a * b`, subnormals included (24x24-bit product in 12-bit limbs)."""
-    ia, ib = bits(a), bits(b)
-    sign = (ia ^ ib) & _u32(_SIGN)
-    mag_a, a_nan, a_inf, a_zero = _classify(ia)
-    mag_b, b_nan, b_inf, b_zero = _classify(ib)
-    sig_a, exp_a = _unpack(mag_a)
-    sig_b, exp_b = _unpack(mag_b)
+    sign, (a_nan, a_inf, a_zero, sig_a, exp_a), (b_nan, b_inf, b_zero, sig_b, exp_b) = _operands(
+        a, b
+    )
     ah, al = sig_a >> 12, sig_a & _u32(0xFFF)
     bh, bl = sig_b >> 12, sig_b & _u32(0xFFF)
     mid = ah * bl + al * bh
