@@ -164,28 +164,54 @@ FP8_FORMATS = {"float8_e4m3fn": (3, -6, 0x7E), "float8_e5m2": (2, -14, 0x7B)}
 FP8_NAN_BYTE = 0x7F
 
 
-def to_fp8_bytes(y: Float[Array, "..."], q_dtype: str) -> UInt8[Array, "..."]:
-    """Saturating round-to-nearest-even float32 -> FP8 bytes; NaN -> 0x7F; sign of zero kept."""
-    mant, emin, max_byte = FP8_FORMATS[q_dtype]
+def encode_float_bits(
+    y: Float[Array, "..."],
+    mant: int,
+    emin: int,
+    max_code: int,
+    nan_code: int,
+    sign_bit: int,
+    exp_offset: Array | None = None,
+) -> Array:
+    """Round-to-nearest-even code of float32 `y * 2^exp_offset` in a small binary format, as
+    uint32 (the scaling by the power of two is exact: it is applied to the exponent).
+
+    The format has `mant` explicit mantissa bits, minimum normal exponent `emin` (subnormals
+    below it) and its codes are `(biased exponent << mant) | mantissa` with the sign at bit
+    `sign_bit`. Magnitudes whose code would exceed `max_code` get `max_code`: pass the largest
+    finite code to saturate (E2M1: 0x7) or the infinity code to overflow (f16: 0x7C00); +-inf
+    get it too. NaN becomes `nan_code`; the sign of zero is kept.
+    """
     b = bits(y)
-    mag, nan, _, zero = _classify(b)
-    sig, exp = _unpack(mag)
+    mag = b & _u32(_MAG)
+    nan = mag > _u32(_INF)
+    inf = mag == _u32(_INF)
+    zero = mag == 0
+    sig, exp = _unpack(mag)  # sig in [2^23, 2^24) for nonzero finite, exp unbiased
+    if exp_offset is not None:
+        exp = exp + exp_offset.astype(jnp.int32)
     drop = (23 - mant) + jnp.maximum(emin - exp, 0)
-    drop_u = jnp.minimum(drop, 31).astype(jnp.uint32)
-    gone = drop >= 26
+    drop_u = jnp.clip(drop, 1, 31).astype(jnp.uint32)
+    gone = drop >= 26  # below half of the smallest subnormal: rounds to zero
     kept = jnp.where(gone, _u32(0), sig >> drop_u)
     low = sig & ((_u32(1) << drop_u) - 1)
     half = _u32(1) << (drop_u - 1)
     up = ((low > half) | ((low == half) & ((kept & 1) == 1))) & ~gone
     kept = kept + up.astype(jnp.uint32)
+    # For normal results `kept` includes the implicit one, which adds the +1 of the bias.
     code = jnp.where(
-        exp >= emin, (jnp.clip(exp - emin, 0, 64).astype(jnp.uint32) << mant) + kept, kept
+        exp >= emin, (jnp.clip(exp - emin, 0, 1023).astype(jnp.uint32) << mant) + kept, kept
     )
-    code = jnp.minimum(code, _u32(max_byte))
+    code = jnp.where(inf, _u32(max_code), jnp.minimum(code, _u32(max_code)))
     code = jnp.where(zero, _u32(0), code)
-    code = code | ((b >> 24) & _u32(0x80))
-    code = jnp.where(nan, _u32(FP8_NAN_BYTE), code)
-    return code.astype(jnp.uint8)
+    code = code | ((b >> 31) << sign_bit)
+    return jnp.where(nan, _u32(nan_code), code)
+
+
+def to_fp8_bytes(y: Float[Array, "..."], q_dtype: str) -> UInt8[Array, "..."]:
+    """Saturating round-to-nearest-even float32 -> FP8 bytes; NaN -> 0x7F; sign of zero kept."""
+    mant, emin, max_byte = FP8_FORMATS[q_dtype]
+    return encode_float_bits(y, mant, emin, max_byte, FP8_NAN_BYTE, 7).astype(jnp.uint8)
 
 
 def max_abs(x: Shaped[Array, "..."]) -> Float[Array, ""]:

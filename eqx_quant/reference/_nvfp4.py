@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Shaped, UInt8
 
-from ._ieee import add, bits, from_bits, multiply, to_fp8_bytes
+from ._ieee import add, bits, encode_float_bits, from_bits, multiply, to_fp8_bytes
 from ._mx import (
     FLT_MAX_BITS,
     block_amax,
@@ -31,7 +31,6 @@ from ._mx import (
     cdiv,
     decode_bytes,
     divide_rolled,
-    encode_float_bits,
     fp8_decode_table,
     from_byte_view,
     round_to_dtype,
