@@ -6,10 +6,14 @@ from ._ops._ffi import library_paths as library_paths, native_platforms as nativ
 from ._quantize import quantize as quantize, quantize_dbias as quantize_dbias
 from ._quantizer import (
     AbstractQuantizer as AbstractQuantizer,
+    AbstractBlockQuantizer as AbstractBlockQuantizer,
     AbstractTensorScaleQuantizer as AbstractTensorScaleQuantizer,
+    BlockScaleQuantizer as BlockScaleQuantizer,
     CurrentScaleQuantizer as CurrentScaleQuantizer,
     DelayedScaleQuantizer as DelayedScaleQuantizer,
+    NVFP4Quantizer as NVFP4Quantizer,
 )
+from ._swizzle import unswizzle_scales as unswizzle_scales
 from ._tensor import (
     AbstractScaledTensor as AbstractScaledTensor,
     ScaledTensor as ScaledTensor,

@@ -10,14 +10,19 @@ import jax
 import jax.numpy as jnp
 from beartype import beartype
 from jax import lax
-from jaxtyping import Array, Shaped, jaxtyped
+from jaxtyping import Array, PRNGKeyArray, Shaped, jaxtyped
 
-from . import reference
+from . import _quantize_blocks, reference
 from ._checks import validated_by
 from ._custom_types import HighPrecision
 from ._enums import QuantizeLayout
 from ._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
-from ._quantizer import AbstractQuantizer, AbstractTensorScaleQuantizer
+from ._quantizer import (
+    AbstractBlockQuantizer,
+    AbstractQuantizer,
+    AbstractTensorScaleQuantizer,
+    BlockScaleQuantizer,
+)
 from ._tensor import ScaledTensor, ScaledTensor1x
 
 
@@ -25,7 +30,7 @@ Impl = Literal["auto", "ffi", "reference"]
 _HIGH_PRECISION = ("float32", "float16", "bfloat16")
 
 
-def _check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl) -> int:
+def _check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl, key=None) -> int:
     """Trace-time validation with messages that name the argument and the fix."""
     if not isinstance(x, jax.Array):
         raise TypeError(f"{fn}: x must be a jax.Array, got {type(x).__name__}. Use jnp.asarray(x).")
@@ -40,11 +45,6 @@ def _check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl) -> int:
         raise TypeError(
             f"{fn}: quantizer must be an eqx_quant quantizer (e.g. eqx_quant.CurrentScaleQuantizer()),"
             f" got {type(quantizer).__name__}."
-        )
-    if not isinstance(quantizer, AbstractTensorScaleQuantizer):
-        raise NotImplementedError(
-            f"{fn}: {type(quantizer).__name__} is not supported yet; only per-tensor FP8 scaling "
-            "(CurrentScaleQuantizer, DelayedScaleQuantizer) is implemented in this version."
         )
     if not isinstance(flatten_axis, int) or isinstance(flatten_axis, bool):
         raise TypeError(f"{fn}: flatten_axis must be an int, got {flatten_axis!r}.")
@@ -61,7 +61,61 @@ def _check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl) -> int:
             f"{fn}: amax_axes must be a tuple of mesh axis names, got {amax_axes!r}. Write "
             "amax_axes=('tp',) rather than amax_axes='tp'."
         )
-    return flatten_axis % x.ndim
+    fa = flatten_axis % x.ndim
+    if isinstance(quantizer, AbstractBlockQuantizer):
+        _check_block_shape(fn, x, quantizer, fa)
+    _check_key(fn, quantizer, key)
+    return fa
+
+
+def _check_block_shape(fn: str, x, quantizer, fa: int) -> None:
+    name = type(quantizer).__name__
+    needs_axis = quantizer.q_layout.has_colwise or getattr(quantizer, "use_2d", False)
+    if needs_axis and fa == 0:
+        raise ValueError(
+            f"{fn}: {name} with q_layout={quantizer.q_layout.name} blocks the colwise part along "
+            f"axis flatten_axis - 1, but flatten_axis resolves to 0 for x of shape {x.shape}. "
+            "Pass flatten_axis >= 1 (e.g. reshape a 1-D x to (1, n)) or use QuantizeLayout.ROWWISE."
+        )
+    if getattr(quantizer, "use_rht", False) and x.shape[fa - 1] % 16:
+        raise ValueError(
+            f"{fn}: {name}(use_rht=True) transforms groups of 16 along axis {fa - 1} (flatten_axis "
+            f"- 1) of x, whose length is {x.shape[fa - 1]} (x.shape={x.shape}), not a multiple of "
+            "16. Pad that axis to a multiple of 16 or use use_rht=False."
+        )
+
+
+def _check_key(fn: str, quantizer, key) -> None:
+    sr = getattr(quantizer, "stochastic_rounding", False)
+    if sr and key is None:
+        raise ValueError(
+            f"{fn}: {type(quantizer).__name__}(stochastic_rounding=True) needs random bits: pass "
+            "key=jax.random.key(seed) (a new key per step gives new rounding noise)."
+        )
+    if not sr and key is not None:
+        raise ValueError(
+            f"{fn}: key was given but {type(quantizer).__name__} does not use stochastic "
+            "rounding. Drop key, or use NVFP4Quantizer(stochastic_rounding=True)."
+        )
+    if key is not None:
+        _key_words(fn, key)
+
+
+def _key_words(fn: str, key) -> Array:
+    """The two uint32 words of a threefry key (typed `jax.random.key` or raw `PRNGKey`)."""
+    if not isinstance(key, jax.Array):
+        raise TypeError(f"{fn}: key must be a jax.random.key, got {type(key).__name__}.")
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        words = jax.random.key_data(key)
+    else:
+        words = key
+    if words.dtype != jnp.uint32 or words.shape != (2,):
+        raise TypeError(
+            f"{fn}: key must be a scalar threefry key (jax.random.key(seed), key data uint32[2]); "
+            f"got key data of dtype {words.dtype} and shape {words.shape}. Other generators "
+            "(rbg, unsafe_rbg) are not supported: their keys have other shapes."
+        )
+    return words
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +131,20 @@ class _Config:
     x_dtype: str
 
 
-def _forward(config: _Config, x: Array, quantizer_arrays) -> tuple[ScaledTensor, Array]:
+def _forward(config: _Config, x: Array, quantizer_arrays, key_words):
     quantizer = eqx.combine(quantizer_arrays, config.quantizer_static)
+    if isinstance(quantizer, AbstractTensorScaleQuantizer):
+        return _tensor_scaling_forward(config, x, quantizer)
+    fa, impl = config.flatten_axis, config.impl
+    if isinstance(quantizer, BlockScaleQuantizer):
+        tensor = _quantize_blocks.mxfp8(x, quantizer, fa, impl)
+    else:
+        tensor = _quantize_blocks.nvfp4(x, quantizer, fa, impl, config.amax_axes, key_words)
+    dbias = _quantize_blocks.dbias(x, fa, impl) if config.with_dbias else None
+    return tensor, dbias
+
+
+def _tensor_scaling_forward(config: _Config, x: Array, quantizer) -> tuple[ScaledTensor, Array]:
     layout = quantizer.q_layout
     observed = None
     if quantizer.needs_amax_first:
@@ -108,19 +174,19 @@ def _forward(config: _Config, x: Array, quantizer_arrays) -> tuple[ScaledTensor,
     )
     tensor = ScaledTensor(
         rowwise=part(data=row, data_layout="N") if layout.has_rowwise else None,
-        colwise=part(data=col, data_layout="T") if layout.has_colwise else None,
+        colwise=part(data=col, data_layout="T", is_colwise=True) if layout.has_colwise else None,
     )
     dbias = reference.cast_canonical(dbias, x.dtype) if config.with_dbias else None
     return tensor, dbias
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _quantize_ste(config, x, quantizer_arrays):
-    return _forward(config, x, quantizer_arrays)
+def _quantize_ste(config, x, quantizer_arrays, key_words):
+    return _forward(config, x, quantizer_arrays, key_words)
 
 
-def _quantize_ste_fwd(config, x, quantizer_arrays):
-    return _forward(config, x, quantizer_arrays), quantizer_arrays
+def _quantize_ste_fwd(config, x, quantizer_arrays, key_words):
+    return _forward(config, x, quantizer_arrays, key_words), quantizer_arrays
 
 
 def _quantize_ste_bwd(config, residuals, cotangents):
@@ -131,32 +197,34 @@ def _quantize_ste_bwd(config, residuals, cotangents):
     if ct_tensor.rowwise is not None:
         dx = dx + ct_tensor.rowwise.data.astype(jnp.float32)
     if ct_tensor.colwise is not None:
-        dx = dx + reference.untranspose_2d(ct_tensor.colwise.data, config.flatten_axis).astype(
-            jnp.float32
-        )
+        ct_col = ct_tensor.colwise.data
+        if ct_tensor.colwise.data_layout == "T":
+            ct_col = reference.untranspose_2d(ct_col, config.flatten_axis)
+        dx = dx + ct_col.astype(jnp.float32)
     if ct_dbias is not None:
         reduced = (1,) * config.flatten_axis + shape[config.flatten_axis :]
         dx = dx + ct_dbias.astype(jnp.float32).reshape(reduced)
     zeros = jax.tree.map(jnp.zeros_like, quantizer_arrays)
-    return dx.astype(dtype), zeros
+    return dx.astype(dtype), zeros, None
 
 
 _quantize_ste.defvjp(_quantize_ste_fwd, _quantize_ste_bwd)
 
 
-def _run(fn, x, quantizer, flatten_axis, amax_axes, impl, with_dbias):
-    fa = _check_inputs(fn, x, quantizer, flatten_axis, amax_axes, impl)
+def _run(fn, x, quantizer, flatten_axis, amax_axes, impl, with_dbias, key):
+    fa = _check_inputs(fn, x, quantizer, flatten_axis, amax_axes, impl, key)
     arrays, static = eqx.partition(quantizer, eqx.is_array)
     config = _Config(static, fa, tuple(amax_axes), impl, with_dbias, x.shape, x.dtype.name)
-    return _quantize_ste(config, x, arrays)
+    key_words = None if key is None else _key_words(fn, key)
+    return _quantize_ste(config, x, arrays, key_words)
 
 
-def _check_quantize(x, quantizer, flatten_axis, amax_axes, impl):
-    _check_inputs("quantize", x, quantizer, flatten_axis, amax_axes, impl)
+def _check_quantize(x, quantizer, flatten_axis, key, amax_axes, impl):
+    _check_inputs("quantize", x, quantizer, flatten_axis, amax_axes, impl, key)
 
 
-def _check_quantize_dbias(dx, quantizer, flatten_axis, amax_axes, impl):
-    _check_inputs("quantize_dbias", dx, quantizer, flatten_axis, amax_axes, impl)
+def _check_quantize_dbias(dx, quantizer, flatten_axis, key, amax_axes, impl):
+    _check_inputs("quantize_dbias", dx, quantizer, flatten_axis, amax_axes, impl, key)
 
 
 @validated_by(_check_quantize)
@@ -166,6 +234,7 @@ def quantize(
     quantizer: AbstractQuantizer,
     flatten_axis: int = -1,
     *,
+    key: PRNGKeyArray | None = None,
     amax_axes: Sequence[str] = (),
     impl: Impl = "auto",
 ) -> ScaledTensor:
@@ -188,7 +257,7 @@ def quantize(
     `jax.grad` through `quantize(x, q).dequantize()` is the identity (straight-through). Under
     `jax.vmap` each example gets its own amax and scale.
     """
-    tensor, _ = _run("quantize", x, quantizer, flatten_axis, amax_axes, impl, False)
+    tensor, _ = _run("quantize", x, quantizer, flatten_axis, amax_axes, impl, False, key)
     return tensor
 
 
@@ -199,6 +268,7 @@ def quantize_dbias(
     quantizer: AbstractQuantizer,
     flatten_axis: int = -1,
     *,
+    key: PRNGKeyArray | None = None,
     amax_axes: Sequence[str] = (),
     impl: Impl = "auto",
 ) -> tuple[ScaledTensor, Shaped[Array, "..."]]:
@@ -209,4 +279,4 @@ def quantize_dbias(
     is `dx.shape[flatten_axis:]`. Inside `shard_map` dbias is the local sum. Other arguments
     as in `quantize`.
     """
-    return _run("quantize_dbias", dx, quantizer, flatten_axis, amax_axes, impl, True)
+    return _run("quantize_dbias", dx, quantizer, flatten_axis, amax_axes, impl, True, key)

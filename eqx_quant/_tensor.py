@@ -8,7 +8,7 @@ estimator). See `dequantize` below and `eqx_quant.quantize`.
 
 import abc
 import functools
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import equinox as eqx
 import jax
@@ -16,7 +16,8 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, Float, Shaped, jaxtyped
 
-from . import reference
+from . import _swizzle, reference
+from .reference import _blocks, _mx, _nvfp4
 from ._enums import QuantizeLayout, ScalingMode
 
 
@@ -40,6 +41,15 @@ class ScaledTensor1x(AbstractScaledTensor):
     - `amax`: float32 (1,), the amax observed in x (the global amax for tensor scaling).
     - `scaling_mode`, `data_layout`, `flatten_axis` (non-negative, in x's N layout),
       `ndim` (x's rank), `dq_dtype` (x's dtype name): static metadata.
+    - `is_colwise`: whether this is the colwise part (its blocks run along `fa - 1`).
+    - `rht_sign_mask`: for an NVFP4 colwise part quantized after the random Hadamard
+      transform, its 16-bit sign mask (dequantize undoes the transform); else None.
+
+    Block formats (docs/block_formats.md): MXFP8 `scale_inv` is `float8_e8m0fnu` with the
+    blocked axis divided by 32 (the last axis rowwise, axis `flatten_axis - 1` colwise);
+    NVFP4 `scale_inv` is `float8_e4m3fn` along the stored layout's last axis, and `amax` is
+    the global amax its scales were computed from. MXFP8 needs no tensor amax and computes
+    none (as TE): its `amax` is 0.
     """
 
     data: Shaped[Array, "..."]
@@ -50,6 +60,8 @@ class ScaledTensor1x(AbstractScaledTensor):
     flatten_axis: int = eqx.field(static=True)
     ndim: int = eqx.field(static=True)
     dq_dtype: str = eqx.field(static=True)
+    rht_sign_mask: int | None = eqx.field(static=True, default=None)
+    is_colwise: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if not 0 <= self.flatten_axis <= self.ndim:
@@ -67,14 +79,25 @@ class ScaledTensor1x(AbstractScaledTensor):
         return shape[split:] + shape[:split]
 
     def dequantize(self) -> Shaped[Array, "..."]:
-        """`float32(data) * scale_inv`, cast to x's dtype and un-transposed to x's shape."""
-        return _dequantize(self)
+        """The values in x's dtype and shape: `float32(data) * scale` (per tensor or per block,
+        and for NVFP4 times the global scale, undoing the RHT), rounded once to x's dtype and
+        un-transposed. The gradient is the straight-through identity."""
+        meta = _Meta(
+            self.scaling_mode,
+            self.dq_dtype,
+            self.data_layout,
+            self.flatten_axis,
+            self.ndim,
+            self.rht_sign_mask,
+            self.is_colwise,
+        )
+        return _dequantize_vjp(self.data, self.scale_inv, self.amax, meta)
 
-
-def _dequantize(t: ScaledTensor1x) -> Array:
-    return _dequantize_vjp(
-        t.data, t.scale_inv, t.amax, t.dq_dtype, t.data_layout, t.flatten_axis, t.ndim
-    )
+    def gemm_scale_inv(self) -> Shaped[Array, "Rp Cp"]:
+        """The block scales as cuBLAS takes them: the 2-D scale matrix padded to (128, 4)
+        multiples with byte 0x00 and laid out in the 128x4 tile order (TE §4.4). Block
+        formats only; for one example (call it inside `vmap` for a batch)."""
+        return _swizzle.gemm_scale_inv(self)
 
 
 def _to_original_layout(a, layout, flatten_axis, ndim):
@@ -98,26 +121,53 @@ def _to_stored_layout(a, layout, flatten_axis, ndim):
     return jnp.transpose(a, order)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _dequantize_vjp(data, scale_inv, amax, dq_dtype, layout, flatten_axis, ndim):
-    del amax
-    # Per-example scale_inv (..., 1) broadcast over the example's dims.
-    lead = scale_inv.shape[:-1]
-    s = scale_inv.reshape(lead + (1,) * ndim)
-    y = reference.cast_canonical(reference.multiply(data.astype(jnp.float32), s), dq_dtype)
-    return _to_original_layout(y, layout, flatten_axis, ndim)
+class _Meta(NamedTuple):
+    scaling_mode: ScalingMode
+    dq_dtype: str
+    layout: str
+    flatten_axis: int
+    ndim: int
+    rht_sign_mask: int | None
+    is_colwise: bool
 
 
-def _dequantize_fwd(data, scale_inv, amax, dq_dtype, layout, flatten_axis, ndim):
-    out = _dequantize_vjp(data, scale_inv, amax, dq_dtype, layout, flatten_axis, ndim)
-    return out, (scale_inv, amax)
+def _dequantize_stored(data, scale_inv, amax, meta: _Meta):
+    """Dequantize in the stored layout (leading vmapped dims allowed)."""
+    ndim, lead = meta.ndim, data.ndim - meta.ndim
+    mode = meta.scaling_mode
+    if mode.is_tensor_scaling:
+        s = scale_inv.reshape(scale_inv.shape[:-1] + (1,) * ndim)
+        return reference.cast_canonical(
+            reference.multiply(data.astype(jnp.float32), s), meta.dq_dtype
+        )
+    if mode is ScalingMode.MXFP8_1D_SCALING:
+        # Rowwise scales run along the last axis; colwise ones along fa - 1 (both N layout).
+        axis = lead + meta.flatten_axis - 1 if meta.is_colwise else -1
+        return _blocks.mxfp8_dequantize(data, _mx.byte_view(scale_inv), axis, meta.dq_dtype)
+    codes = _nvfp4.e2m1_codes(data)
+    n_blocks = scale_inv.shape[-1]
+    a = amax.reshape(amax.shape[:-1] + (1,) * ndim)
+    a = jnp.broadcast_to(a, codes.shape[:-1] + (n_blocks,))
+    return _blocks.nvfp4_dequantize(
+        codes, _mx.byte_view(scale_inv), a, meta.dq_dtype, meta.rht_sign_mask
+    )
 
 
-def _dequantize_bwd(dq_dtype, layout, flatten_axis, ndim, res, ct):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _dequantize_vjp(data, scale_inv, amax, meta: _Meta):
+    y = _dequantize_stored(data, scale_inv, amax, meta)
+    return _to_original_layout(y, meta.layout, meta.flatten_axis, meta.ndim)
+
+
+def _dequantize_fwd(data, scale_inv, amax, meta):
+    return _dequantize_vjp(data, scale_inv, amax, meta), (scale_inv, amax)
+
+
+def _dequantize_bwd(meta, res, ct):
     scale_inv, amax = res
     # Straight-through: the data cotangent is the output cotangent, in dequantized units
-    # and full precision (not rounded to the fp8 dtype), moved to the stored layout.
-    ct_data = _to_stored_layout(ct, layout, flatten_axis, ndim)
+    # and full precision (not rounded to the payload dtype), moved to the stored layout.
+    ct_data = _to_stored_layout(ct, meta.layout, meta.flatten_axis, meta.ndim)
     return ct_data, jnp.zeros_like(scale_inv), jnp.zeros_like(amax)
 
 

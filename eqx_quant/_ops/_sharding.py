@@ -36,3 +36,62 @@ def is_power_of_two(n: int) -> bool:
 
 def factors(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
+
+
+def keep_blocks_whole(mesh, shape, spec: list, blocked: dict[int, int]) -> list:
+    """Unshard each dim `d` of `blocked` ({dim: block}) whose shards would not hold whole
+    blocks (a block split over two devices could not get one scale)."""
+    out = list(spec)
+    for d, block in blocked.items():
+        if out[d] is not None and (shape[d] // shard_count(mesh, out[d])) % block:
+            out[d] = None
+    return out
+
+
+class BlockRule:
+    """Shardy rule of a block-scaled op: x's per-example dims that are split into blocks are
+    compound factors `(q k)` (blocks x block size), their scale dims the factor `q`, so the
+    propagation can only shard whole blocks. Dims too small or not a multiple of the block
+    stay plain (the partition then keeps them unsharded)."""
+
+    def __init__(self, n_batch: int, shape: tuple[int, ...], blocked: dict[int, int]):
+        self.batch = factors("b", n_batch)
+        self.x: list[str] = []
+        self.scale: list[str] = []
+        self.sizes: dict[str, int] = {}
+        self._dummies = 0
+        rank = len(shape)
+        blocked = {d % rank: b for d, b in blocked.items()} if rank else {}
+        for d, size in enumerate(shape):
+            block = blocked.get(d)
+            if block and size > block and size % block == 0:
+                self.x.append(f"(q{d} k{d})")
+                self.scale.append(f"q{d}")
+                self.sizes[f"q{d}"] = size // block
+                self.sizes[f"k{d}"] = block
+            else:
+                self.x.append(f"s{d}")
+                self.scale.append(f"t{d}")
+
+    def scale_dims(self, d: int) -> list[str]:
+        """x's factors with dim `d` replaced by its scale factor (per-example dims)."""
+        return self.x[:d] + [self.scale[d]] + self.x[d + 1 :]
+
+    def dummy(self) -> list[str]:
+        self._dummies += 1
+        return [f"z{self._dummies}"]
+
+    def unrelated(self, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            self._dummies += 1
+            out.append(f"u{self._dummies}")
+        return out
+
+    def render(self, operands: list[list[str]], results: list[list[str]]):
+        """The `(rule, factor sizes)` pair that custom_partitioning accepts."""
+
+        def join(groups):
+            return ", ".join(" ".join(g) for g in groups)
+
+        return f"{join(operands)} -> {join(results)}", dict(self.sizes)

@@ -1,0 +1,52 @@
+"""GEMM-ready block scales: pad to (128, 4) tiles and swizzle (TE §4.4), and the inverse."""
+
+import math
+
+from jaxtyping import Array, Shaped
+
+from ._enums import ScalingMode
+from .reference import _mx
+
+
+def _check_block_part(fn: str, part) -> None:
+    if part.scaling_mode.is_tensor_scaling or part.scaling_mode is ScalingMode.NO_SCALING:
+        raise ValueError(
+            f"{fn}: scales are swizzled only for block formats (MXFP8, NVFP4); this part has "
+            f"{part.scaling_mode.name}, whose scale_inv is one float32 per tensor."
+        )
+    if part.data.ndim != part.ndim:
+        raise ValueError(
+            f"{fn}: the part has {part.data.ndim - part.ndim} leading vmapped dims; swizzle one "
+            "example at a time, e.g. jax.vmap(lambda t: t.gemm_scale_inv())(part)."
+        )
+
+
+def _matrix_shape(part) -> tuple[tuple[int, int], bool]:
+    """The 2-D scale matrix of a part and whether it is tiled as rowwise (§2.3)."""
+    shape = part.scale_inv.shape
+    mx_colwise = part.scaling_mode is ScalingMode.MXFP8_1D_SCALING and part.is_colwise
+    if mx_colwise:
+        fa = part.flatten_axis
+        return (math.prod(shape[:fa]), math.prod(shape[fa:])), False
+    return (math.prod(shape[:-1]), shape[-1]), True
+
+
+def gemm_scale_inv(part) -> Shaped[Array, "Rp Cp"]:
+    """See `ScaledTensor1x.gemm_scale_inv`."""
+    _check_block_part("gemm_scale_inv", part)
+    (r, c), rowwise = _matrix_shape(part)
+    return _mx.swizzle_scales(part.scale_inv.reshape(r, c), rowwise=rowwise)
+
+
+def unswizzle_scales(swizzled: Shaped[Array, "Rp Cp"], like) -> Shaped[Array, "..."]:
+    """Inverse of `part.gemm_scale_inv()`: the unpadded scales in `like.scale_inv`'s shape.
+
+    **Arguments:**
+
+    - `swizzled`: the swizzled, padded scale matrix (as returned by `gemm_scale_inv`).
+    - `like`: the `ScaledTensor1x` part the scales belong to (gives shape and orientation).
+    """
+    _check_block_part("unswizzle_scales", like)
+    (r, c), rowwise = _matrix_shape(like)
+    flat = _mx.unswizzle_scales(swizzled, rowwise=rowwise, shape=(r, c))
+    return flat.reshape(like.scale_inv.shape)
