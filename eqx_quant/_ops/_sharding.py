@@ -51,10 +51,12 @@ def keep_blocks_whole(mesh, shape, spec: list, blocked: dict[int, int]) -> list:
 class BlockRule:
     """Shardy rule of a block-scaled op: x's per-example dims that are split into blocks are
     compound factors `(q k)` (blocks x block size), their scale dims the factor `q`, so the
-    propagation can only shard whole blocks. Dims too small or not a multiple of the block
-    stay plain (the partition then keeps them unsharded)."""
+    propagation can only shard whole blocks. A dim is compound only when its block count is a
+    multiple of the device count: otherwise Shardy could split a mesh axis into sub-axes
+    (which the partition callback cannot express). Other dims stay plain; the partition then
+    keeps any dim whose shards would split a block unsharded."""
 
-    def __init__(self, n_batch: int, shape: tuple[int, ...], blocked: dict[int, int]):
+    def __init__(self, n_batch: int, shape: tuple[int, ...], blocked: dict[int, int], mesh):
         self.batch = factors("b", n_batch)
         self.x: list[str] = []
         self.scale: list[str] = []
@@ -64,7 +66,7 @@ class BlockRule:
         blocked = {d % rank: b for d, b in blocked.items()} if rank else {}
         for d, size in enumerate(shape):
             block = blocked.get(d)
-            if block and size > block and size % block == 0:
+            if block and size > block and size % block == 0 and (size // block) % mesh.size == 0:
                 self.x.append(f"(q{d} k{d})")
                 self.scale.append(f"q{d}")
                 self.sizes[f"q{d}"] = size // block
@@ -94,4 +96,7 @@ class BlockRule:
         def join(groups):
             return ", ".join(" ".join(g) for g in groups)
 
-        return f"{join(operands)} -> {join(results)}", dict(self.sizes)
+        # Shardy wants sizes only for factors that never stand for a whole dimension.
+        whole = {f for g in operands + results for f in g if not f.startswith("(")}
+        sizes = {f: n for f, n in self.sizes.items() if f not in whole}
+        return f"{join(operands)} -> {join(results)}", sizes

@@ -104,10 +104,10 @@ def _blocked_dims(params) -> dict[int, int]:
 
 
 def _sharding_rule(params, mesh, value_types, result_types):
-    del mesh, result_types
+    del result_types
     nb, fa = params.n_batch, params.flatten_axis
     shape = tuple(value_types[0].shape)[nb:]
-    rule = _sharding.BlockRule(nb, shape, _blocked_dims(params))
+    rule = _sharding.BlockRule(nb, shape, _blocked_dims(params), mesh)
     b = rule.batch
     x = b + rule.x
     results = [

@@ -97,10 +97,10 @@ def _amax_blocked(params) -> dict[int, int]:
 
 
 def _amax_sharding_rule(params, mesh, value_types, result_types):
-    del mesh, result_types
+    del result_types
     nb = params.n_batch
     shape = tuple(value_types[0].shape)[nb:]
-    rule = _sharding.BlockRule(nb, shape, _amax_blocked(params))
+    rule = _sharding.BlockRule(nb, shape, _amax_blocked(params), mesh)
     b = rule.batch
     rht = b + rule.unrelated(1) if params.with_rht else rule.dummy()
     return rule.render([b + rule.x], [b + rule.unrelated(1), rht])
@@ -267,11 +267,11 @@ def _blocked(params, rank: int) -> dict[int, int]:
 
 
 def _sharding_rule(params, mesh, value_types, result_types):
-    del mesh, result_types
+    del result_types
     nb, fa = params.n_batch, params.flatten_axis
     shape = tuple(value_types[0].shape)[nb:]
     n = len(shape)
-    rule = _sharding.BlockRule(nb, shape, _blocked(params, n))
+    rule = _sharding.BlockRule(nb, shape, _blocked(params, n), mesh)
     b, xs = rule.batch, rule.x
     operands = [
         b + xs,
