@@ -68,3 +68,14 @@ def f32_bits_equal(a, b, what="") -> None:
 
 def to_numpy(x: jax.Array) -> np.ndarray:
     return np.asarray(x)
+
+
+BLOCK_KERNEL_OPS = ("mxfp8_quantize", "nvfp4_amax", "nvfp4_quantize")
+
+
+def fast_impl() -> str:
+    """The CPU kernels when built (they compile in milliseconds), else the reference."""
+    from eqx_quant._ops import _ffi
+
+    have = _ffi.native_ops("cpu")
+    return "ffi" if all(op in have for op in BLOCK_KERNEL_OPS) else "reference"

@@ -226,8 +226,10 @@ def global_encode_scale(amax) -> np.float32:
     return s
 
 
-def nvfp4_quantize(x, use_2d: bool = False, global_amax_value=None):
-    """(data e2m1 (M, N), scale_inv e4m3 (M, ceil(N/16)), amax f32 (1,))."""
+def nvfp4_block_encode(x, use_2d: bool = False, global_amax_value=None):
+    """The per-block quantities of NVFP4 on the 2-D view x (M, N), before the E2M1 rounding:
+    (blocks f32 (M, nb, 16) zero-padded along N, scale_inv e4m3 (M, nb) (the stored bytes
+    sdb), enc f32 (M, nb) (the element multiplier, y = fl(x * enc)), amax f32 (1,))."""
     xf = _f32(x)
     m, n = xf.shape
     amax_g = (
@@ -253,8 +255,16 @@ def nvfp4_quantize(x, use_2d: bool = False, global_amax_value=None):
         scale = to_fp8((block_amax * factor).astype(F32), E4M3)
         denom = (scale.astype(F32) * s_dec).astype(F32)
         enc = np.fmin((F32(1.0) / denom).astype(F32), FLT_MAX).astype(F32)
+    return blocks, scale, enc, amax_g
+
+
+def nvfp4_quantize(x, use_2d: bool = False, global_amax_value=None):
+    """(data e2m1 (M, N), scale_inv e4m3 (M, ceil(N/16)), amax f32 (1,))."""
+    m, n = np.shape(x)
+    blocks, scale, enc, amax_g = nvfp4_block_encode(x, use_2d, global_amax_value)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         data = to_e2m1((blocks * enc[:, :, None]).astype(F32)).reshape(m, -1)[:, :n]
-    return data[:, :n], scale, amax_g
+    return data, scale, amax_g
 
 
 def nvfp4_quantize_colwise(

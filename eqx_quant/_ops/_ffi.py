@@ -15,7 +15,7 @@ import jax
 
 
 # Every op with a compiled kernel. Adding an op = adding its name here.
-KERNEL_OPS = ("fp8_quantize",)
+KERNEL_OPS = ("fp8_quantize", "mxfp8_quantize", "nvfp4_amax", "nvfp4_quantize")
 
 _LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}
 
@@ -31,20 +31,24 @@ def _library_path(module: str) -> str | None:
 
 
 @functools.cache
-def _loaded() -> dict[str, str]:
-    """Load and register every library that was built; returns {platform: path}."""
+def _loaded() -> dict[str, tuple[str, frozenset[str]]]:
+    """Load and register every library that was built; {platform: (path, ops it has)}."""
     found = {}
     for platform, (module, suffix, jax_platform) in _LIBRARIES.items():
         path = _library_path(module)
         if path is None or not os.path.exists(path):
             continue
         library = ctypes.cdll.LoadLibrary(path)
+        ops = []
         for op in KERNEL_OPS:
-            handler = getattr(library, f"{_camel(op)}{suffix}")
+            handler = getattr(library, f"{_camel(op)}{suffix}", None)
+            if handler is None:
+                continue
             jax.ffi.register_ffi_target(
                 f"eqx_quant_{op}_{platform}", jax.ffi.pycapsule(handler), platform=jax_platform
             )
-        found[platform] = path
+            ops.append(op)
+        found[platform] = (path, frozenset(ops))
     return found
 
 
@@ -53,14 +57,26 @@ def native_platforms() -> frozenset[str]:
     return frozenset(_loaded())
 
 
+def native_ops(platform: str) -> frozenset[str]:
+    """The ops with a compiled kernel on `platform` ("cpu" or "cuda")."""
+    entry = _loaded().get(platform)
+    return entry[1] if entry else frozenset()
+
+
 def library_paths() -> dict[str, str]:
     """{platform: path of the loaded kernel library}, for logs and bug reports."""
-    return dict(_loaded())
+    return {platform: path for platform, (path, _) in _loaded().items()}
 
 
 def require_kernels(platform: str, op: str) -> None:
-    if platform in _loaded():
+    if op in native_ops(platform):
         return
+    if platform in _loaded():
+        raise RuntimeError(
+            f"eqx_quant: the {platform} kernel library {_loaded()[platform][0]} has no kernel "
+            f"for {op!r} (this build predates it). Rebuild eqx_quant (`pip install -e .`), "
+            "or pass impl='reference' to use the pure-JAX implementation."
+        )
     if platform == "cpu":
         raise RuntimeError(
             f"eqx_quant: the CPU kernel library (_kernels_cpu.so) for {op!r} was not found. "
