@@ -306,6 +306,7 @@ def check_quantize(x, amaxes, col_amaxes, *, n_batch=0, fa=-1, rowwise=True, col
     x = np.asarray(x)
     batch, s = x.shape[:n_batch], x.shape[n_batch:]
     sr = keys is not None
+    offset = np.zeros(len(s), np.int32) if offset is None else np.asarray(offset, np.int32)
     out = kernel_quantize(
         x, amaxes, col_amaxes, n_batch=n_batch, fa=fa, rowwise=rowwise, colwise=colwise,
         use_2d=use_2d, use_rht=use_rht, sr=sr, key=keys, offset=offset,
@@ -399,6 +400,8 @@ SHAPES = [
     ((33, 65), -1),
     ((16, 48), -1),
     ((3, 32, 40), -2),
+    ((16, 2100), -1),  # L > the kernel's 1024-column chunks
+    ((16, 3, 1030), -2),
 ]
 
 
@@ -497,6 +500,7 @@ SR_CASES = [
     ((3, 32, 40), -2, (5, 0, 40), (8, 32, 80)),
     ((7, 13), -1, (3, 19), (10, 40)),
     ((16, 48), -1, (0, 0), (16, 48)),
+    ((16, 1100), -1, (16, 5), (64, 2048)),
 ]
 
 

@@ -83,10 +83,11 @@ def mxfp8_quantize(
         parts.append(_row_blocks(x4, b))
     if colwise:
         parts.append(_row_blocks(jnp.transpose(x4, (0, 2, 3, 1)), b))  # (A, C, L, K) rows
+    none = jnp.zeros((0,), q_dtype)
     if not parts:
-        return _empty(), _empty(), _empty(), _empty()
+        return none, _empty(), none, _empty()
     data, e = _mx.mxfp8_encode_blocks(jnp.concatenate(parts), q_dtype)
-    row = row_scale = col = col_scale = _empty()
+    row, row_scale, col, col_scale = none, _empty(), none, _empty()
     start = 0
     if rowwise:
         n = parts[0].shape[0]
