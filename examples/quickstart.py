@@ -1,9 +1,12 @@
-"""Quick start: quantize an activation-like tensor to FP8 and measure what it costs.
+"""Quick start: quantize an activation-like tensor in every mode and measure what it costs.
 
-For each scaling mode this prints one line: the mode, the FP8 dtype, the signal-to-
-quantization-noise ratio (SQNR), the largest absolute error, the fraction of elements that
-saturated (|x * scale| >= fp8_max), and whether the rowwise and colwise copies dequantize to
-the same values. Runs on CPU in a few seconds: `python examples/quickstart.py`.
+For each scaling mode (FP8 current and delayed per-tensor scaling, MXFP8, NVFP4 1D / 2D /
+with stochastic rounding) this prints one line: the mode, the payload dtype, the signal-to-
+quantization-noise ratio (SQNR) of the rowwise copy, the largest absolute error, the
+fraction of elements that saturated (|x * scale| >= the format's max, with the scale of the
+element's tensor or block), and whether the rowwise and colwise copies dequantize to the
+same values ("-" where the two copies are quantized along different blocks, so they are
+not meant to agree). Runs on CPU in a few seconds: `python examples/quickstart.py`.
 """
 
 import os
@@ -62,10 +65,36 @@ def delayed(q_dtype, warmup_steps=4):
     return run
 
 
-ROWS = [  # (mode, q_dtype, run); add MXFP8 / NVFP4 rows here as they land.
-    ("current", jnp.float8_e4m3fn, current(jnp.float8_e4m3fn)),
-    ("current", jnp.float8_e5m2, current(jnp.float8_e5m2)),
-    ("delayed", jnp.float8_e4m3fn, delayed(jnp.float8_e4m3fn)),
+def block(quantizer, **kwargs):
+    """Block formats: x divided by the scale of each element's block (rowwise blocks)."""
+
+    @jax.jit
+    def run(x):
+        tensor = eqq.quantize(x, quantizer, **kwargs)
+        part = tensor.rowwise
+        scale = part.scale_inv.astype(jnp.float32)  # one per block along the last axis
+        if isinstance(quantizer, eqq.NVFP4Quantizer):
+            scale = scale * (part.amax / 2688.0)  # times the global decode scale
+        per_element = jnp.repeat(scale, quantizer.block_size, axis=-1)[:, : x.shape[-1]]
+        return tensor, x.astype(jnp.float32) / per_element
+
+    return run
+
+
+ROWS = [  # (mode, q_dtype, run, rowwise and colwise are quantized alike)
+    ("current", jnp.float8_e4m3fn, current(jnp.float8_e4m3fn), True),
+    ("current", jnp.float8_e5m2, current(jnp.float8_e5m2), True),
+    ("delayed", jnp.float8_e4m3fn, delayed(jnp.float8_e4m3fn), True),
+    ("mxfp8", jnp.float8_e4m3fn, block(eqq.BlockScaleQuantizer(jnp.float8_e4m3fn)), False),
+    ("mxfp8", jnp.float8_e5m2, block(eqq.BlockScaleQuantizer(jnp.float8_e5m2)), False),
+    ("nvfp4", jnp.float4_e2m1fn, block(eqq.NVFP4Quantizer()), False),
+    ("nvfp4_2d", jnp.float4_e2m1fn, block(eqq.NVFP4Quantizer(use_2d=True)), True),
+    (
+        "nvfp4_sr",
+        jnp.float4_e2m1fn,
+        block(eqq.NVFP4Quantizer(stochastic_rounding=True), key=jax.random.key(0)),
+        False,
+    ),
 ]
 
 
@@ -82,16 +111,16 @@ def main() -> None:
     print(f"x: {x.shape} {x.dtype}, amax {np.max(np.abs(x64)):.1f}, kernels on {kernels}")
     row = "{:<10}{:<16}{:>9}{:>13}{:>12}{:>18}".format
     print(row("mode", "q_dtype", "SQNR_dB", "max_abs_err", "saturated", "rowwise==colwise"))
-    for mode, q_dtype, run in ROWS:
+    for mode, q_dtype, run, alike in ROWS:
         tensor, scaled = run(x)
         rowwise, colwise = (np.asarray(a, np.float64) for a in dequantize_both(tensor))
         noise = x64 - rowwise
         sqnr_db = 10.0 * np.log10(np.sum(x64**2) / np.sum(noise**2))
         max_err = np.max(np.abs(noise))
-        fp8_max = float(jnp.finfo(q_dtype).max)
-        saturated = np.mean(np.abs(np.asarray(scaled)) >= fp8_max)
-        agree = np.array_equal(rowwise, colwise)
-        cells = (f"{sqnr_db:.2f}", f"{max_err:.4g}", f"{saturated:.2e}", str(agree))
+        q_max = float(jnp.finfo(q_dtype).max)
+        saturated = np.mean(np.abs(np.asarray(scaled)) >= q_max)
+        agree = str(np.array_equal(rowwise, colwise)) if alike else "-"
+        cells = (f"{sqnr_db:.2f}", f"{max_err:.4g}", f"{saturated:.2e}", agree)
         print(row(mode, jnp.dtype(q_dtype).name, *cells))
 
 
