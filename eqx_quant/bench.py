@@ -14,7 +14,9 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `current_row`: FP8 current scaling (amax, scale = 448/amax, cast);
 - `current_rowcol`: the same plus the transposed copy;
 - `dbias_current_row`: dbias (sum over rows, cast to bf16) + current scaling, rowwise;
-- `dbias_current_rowcol`: the same plus the transposed copy.
+- `dbias_current_rowcol`: the same plus the transposed copy;
+- `mxfp8_row`: MXFP8 (e4m3, 1x32 blocks, E8M0 scales), rowwise;
+- `mxfp8_rowcol`: the same plus the colwise (32x1 blocks, not transposed) copy, in one op.
 
 Timing (no CUDA events are reachable from Python here): one jitted function applies the op
 to K distinct input buffers (K >= 3 and K x input >= 192 MB, so the 60 MiB L2 of an H200
@@ -27,7 +29,10 @@ numbers can still be host bound (JAX dispatch is tens of microseconds).
 Copy bandwidth: a jitted reversal `a[::-1]` of a 1 GiB (GPU; 64 MiB on CPU) uint32 array,
 which XLA cannot elide or alias: it reads and writes every byte once, coalesced.
 GB/s counts each input read once and each output written once (x, the FP8 data, the
-transposed copy, the bf16 dbias; a few scalars ignored); % is of the copy bandwidth.
+transposed copy, the bf16 dbias, the MXFP8 scale bytes; a few scalars ignored); % is of the
+copy bandwidth. The hand-written MXFP8 version is plain jnp (block amax by reshape + max,
+the E8M0 exponent by bit operations, a multiply and a clipped cast); it skips the exact
+NaN / subnormal rules of the op, which only makes it cheaper.
 """
 
 import argparse
@@ -48,6 +53,8 @@ OPS = (
     "current_rowcol",
     "dbias_current_row",
     "dbias_current_rowcol",
+    "mxfp8_row",
+    "mxfp8_rowcol",
 )
 DEFAULT_SIZES = ("1024", "4096", "8192", "16384x4096")
 FP8_MAX = 448.0
@@ -72,6 +79,9 @@ def _ours(op: str) -> Callable:
     layout = (
         eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
     )
+    if op.startswith("mxfp8"):
+        block_quantizer = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
+        return lambda x, scale: eqq.quantize(x, block_quantizer, impl="ffi")
     if op.startswith("delayed"):
 
         def fn(x, scale):
@@ -93,8 +103,32 @@ def _cast(x, scale):
     return y.astype(jnp.float8_e4m3fn)
 
 
+def _mxfp8_blocks(x, axis: int):
+    """(e4m3 data, E8M0 scale bytes) of a 2-D `x` with blocks of 32 along `axis` (0 or 1)."""
+    m, n = x.shape
+    xb = x.astype(jnp.float32)
+    xb = xb.reshape(m, n // 32, 32) if axis == 1 else xb.reshape(m // 32, 32, n)
+    amax = jnp.max(jnp.abs(xb), axis=axis + 1, keepdims=True)
+    bits = jax.lax.bitcast_convert_type(amax * (1.0 / FP8_MAX), jnp.uint32)
+    exponent = bits >> 23
+    e = exponent + (((bits & 0x7FFFFF) != 0) & (exponent < 254)).astype(jnp.uint32)  # round up
+    factor = jax.lax.bitcast_convert_type((254 - e) << 23, jnp.float32)  # 2^(127 - e)
+    q = jnp.clip(xb * factor, -FP8_MAX, FP8_MAX).astype(jnp.float8_e4m3fn)
+    return q.reshape(m, n), jnp.squeeze(e, axis + 1).astype(jnp.uint8)
+
+
 def _xla(op: str) -> Callable:
     transposed = op.endswith("rowcol")
+    if op.startswith("mxfp8"):
+
+        def mxfp8(x, scale):
+            del scale
+            out = dict(zip(("row", "row_scale"), _mxfp8_blocks(x, 1)))
+            if transposed:
+                out.update(zip(("col", "col_scale"), _mxfp8_blocks(x, 0)))
+            return out
+
+        return mxfp8
 
     def fn(x, scale):
         out = {}
@@ -118,8 +152,12 @@ def _xla(op: str) -> Callable:
 
 def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
     total = m * n * itemsize + m * n  # x read, FP8 row written
+    if op.startswith("mxfp8"):
+        total += m * n // 32  # E8M0 row scales
     if op.endswith("rowcol"):
-        total += m * n  # transposed copy
+        total += m * n  # transposed (FP8) or colwise (MXFP8) copy
+        if op.startswith("mxfp8"):
+            total += m * n // 32
     if op.startswith("dbias"):
         total += n * itemsize
     return total
@@ -200,6 +238,9 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
         xs = _inputs(m, n, seed=m * 31 + n)
         scale = jnp.asarray([FP8_MAX / 12.0], jnp.float32)
         for op in ops:
+            if op.startswith("mxfp8") and (m % 32 or n % 32):
+                log(f"{op:<22} {f'{m}x{n}':>11} skipped: MXFP8 needs multiples of 32")
+                continue
             moved = _bytes_moved(op, m, n, 2)
             ours = _time_per_call(_batched(_ours(op), len(xs)), (xs, scale), len(xs), reps)
             xla = _time_per_call(_batched(_xla(op), len(xs)), (xs, scale), len(xs), reps)

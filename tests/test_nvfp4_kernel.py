@@ -400,7 +400,7 @@ SHAPES = [
     ((33, 65), -1),
     ((16, 48), -1),
     ((3, 32, 40), -2),
-    ((16, 2100), -1),  # L > the kernel's 1024-column chunks
+    ((16, 2100), -1),  # L spans several of the kernel's 256-position chunks
     ((16, 3, 1030), -2),
 ]
 
@@ -504,7 +504,7 @@ SR_CASES = [
 ]
 
 
-@pytest.mark.parametrize("mode", ["1d", "2d", "rht"])
+@pytest.mark.parametrize("mode", ["1d", "2d", "rht", "rowwise_only"])
 @pytest.mark.parametrize(
     "shape,fa,offset,global_shape", SR_CASES, ids=[str(c[0]) for c in SR_CASES]
 )
@@ -518,7 +518,8 @@ def test_stochastic_rounding(shape, fa, offset, global_shape, mode):
     col_amax = _rht_amaxes(x, fa) if use_rht else amax
     keys = np.array([[0, 0], [123, 456], [0xDEADBEEF, 0x01234567]], np.uint32)
     check_quantize(x, amax, col_amax, n_batch=1, fa=fa, use_2d=mode == "2d", use_rht=use_rht,
-                   keys=keys, offset=np.array(offset, np.int32), global_shape=global_shape)
+                   colwise=mode != "rowwise_only", keys=keys,
+                   offset=np.array(offset, np.int32), global_shape=global_shape)
 
 
 def test_stochastic_rounding_exact_threshold():

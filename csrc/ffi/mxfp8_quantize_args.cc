@@ -1,1 +1,254 @@
-// placeholder: filled by the block-format work
+#include "ffi/mxfp8_quantize_args.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
+#include "common/mxfp8_problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace eqx_quant {
+namespace {
+
+namespace ffi = xla::ffi;
+
+constexpr char kOpPrefix[] = "eqx_quant_mxfp8_quantize: ";
+
+std::string DataTypeName(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::F32:
+      return "f32";
+    case ffi::DataType::F16:
+      return "f16";
+    case ffi::DataType::BF16:
+      return "bf16";
+    case ffi::DataType::F64:
+      return "f64";
+    case ffi::DataType::F8E4M3FN:
+      return "f8e4m3fn";
+    case ffi::DataType::F8E5M2:
+      return "f8e5m2";
+    case ffi::DataType::PRED:
+      return "bool";
+    case ffi::DataType::S8:
+      return "s8";
+    case ffi::DataType::S32:
+      return "s32";
+    case ffi::DataType::U8:
+      return "u8";
+    case ffi::DataType::U32:
+      return "u32";
+    default:
+      return "dtype#" + std::to_string(static_cast<int>(type));
+  }
+}
+
+std::string ShapeString(ffi::Span<const int64_t> dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) text += ",";
+    text += std::to_string(dims[i]);
+  }
+  return text + "]";
+}
+
+std::string BoolString(bool value) { return value ? "true" : "false"; }
+
+ffi::Error InvalidArgument(const std::string& message) {
+  return ffi::Error::InvalidArgument(kOpPrefix + message);
+}
+
+// Error if `dims` differs from `expected`; `what` says how `expected` was
+// derived, for the message.
+std::optional<ffi::Error> CheckShape(const char* name,
+                                     ffi::Span<const int64_t> dims,
+                                     const std::vector<int64_t>& expected,
+                                     const std::string& what) {
+  if (dims == ffi::Span<const int64_t>(expected)) return std::nullopt;
+  return InvalidArgument(std::string(name) + " has shape " + ShapeString(dims) +
+                         " but expected " + ShapeString(expected) + " (" +
+                         what + ")");
+}
+
+// Error if `type` differs from `expected`; `what` names the expectation.
+std::optional<ffi::Error> CheckType(const char* name, ffi::DataType type,
+                                    ffi::DataType expected,
+                                    const std::string& what) {
+  if (type == expected) return std::nullopt;
+  return InvalidArgument(std::string(name) + " has element type " +
+                         DataTypeName(type) + " but expected " + what);
+}
+
+int64_t Product(ffi::Span<const int64_t> dims) {
+  int64_t product = 1;
+  for (int64_t dim : dims) product *= dim;
+  return product;
+}
+
+std::optional<InputType> InputTypeOf(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::F32:
+      return InputType::kF32;
+    case ffi::DataType::F16:
+      return InputType::kF16;
+    case ffi::DataType::BF16:
+      return InputType::kBF16;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<Fp8Format> Fp8FormatOf(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::F8E4M3FN:
+      return Fp8Format::kE4M3Fn;
+    case ffi::DataType::F8E5M2:
+      return Fp8Format::kE5M2;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& row,
+    const ffi::AnyBuffer& row_scale, const ffi::AnyBuffer& col,
+    const ffi::AnyBuffer& col_scale, const Mxfp8QuantizeAttrs& attrs) {
+  Mxfp8QuantizeProblem problem;
+
+  // Input.
+  const std::optional<InputType> input_type = InputTypeOf(x.element_type());
+  if (!input_type.has_value()) {
+    return InvalidArgument("x has element type " +
+                           DataTypeName(x.element_type()) +
+                           " but expected f32, f16 or bf16");
+  }
+  const ffi::Span<const int64_t> x_dims = x.dimensions();
+  const int64_t rank = static_cast<int64_t>(x_dims.size());
+  if (rank < 1) {
+    return InvalidArgument("x has shape " + ShapeString(x_dims) +
+                           " but expected rank >= 1");
+  }
+
+  // Attributes.
+  if (!attrs.rowwise && !attrs.colwise) {
+    return InvalidArgument(
+        "rowwise and colwise are both false; at least one is required");
+  }
+  if (attrs.colwise && (attrs.block_axis < 0 || attrs.block_axis > rank - 2)) {
+    return InvalidArgument(
+        "block_axis=" + std::to_string(attrs.block_axis) +
+        " but expected 0 <= block_axis <= rank - 2 = " +
+        std::to_string(rank - 2) + " for x of shape " + ShapeString(x_dims) +
+        " with colwise=true (colwise blocks need an axis before the last)");
+  }
+  if (!attrs.colwise && attrs.block_axis != -1) {
+    return InvalidArgument("block_axis=" + std::to_string(attrs.block_axis) +
+                           " but expected -1 with colwise=false");
+  }
+
+  const std::vector<int64_t> x_shape(x_dims.begin(), x_dims.end());
+  const std::vector<int64_t> empty_shape = {0};
+  const int64_t last = x_dims[rank - 1];
+
+  // Rowwise outputs.
+  const std::string rowwise_note = "rowwise=" + BoolString(attrs.rowwise);
+  std::vector<int64_t> row_scale_shape = x_shape;
+  row_scale_shape.back() = Mxfp8Blocks(last);
+  const std::vector<int64_t>& row_expected =
+      attrs.rowwise ? x_shape : empty_shape;
+  const std::vector<int64_t>& row_scale_expected =
+      attrs.rowwise ? row_scale_shape : empty_shape;
+  if (auto error = CheckShape(
+          "row", row.dimensions(), row_expected,
+          attrs.rowwise ? "x's shape, " + rowwise_note : rowwise_note)) {
+    return *error;
+  }
+  if (auto error = CheckShape("row_scale", row_scale.dimensions(),
+                              row_scale_expected,
+                              attrs.rowwise ? "x.shape[:-1] + (ceil(L/32),), " +
+                                                  rowwise_note
+                                            : rowwise_note)) {
+    return *error;
+  }
+
+  // Colwise outputs.
+  const std::string colwise_note = "colwise=" + BoolString(attrs.colwise);
+  std::vector<int64_t> col_scale_shape = x_shape;
+  if (attrs.colwise) {
+    col_scale_shape[attrs.block_axis] =
+        Mxfp8Blocks(x_dims[attrs.block_axis]);
+  }
+  const std::vector<int64_t>& col_expected =
+      attrs.colwise ? x_shape : empty_shape;
+  const std::vector<int64_t>& col_scale_expected =
+      attrs.colwise ? col_scale_shape : empty_shape;
+  if (auto error = CheckShape(
+          "col", col.dimensions(), col_expected,
+          attrs.colwise ? "x's shape, " + colwise_note : colwise_note)) {
+    return *error;
+  }
+  if (auto error = CheckShape(
+          "col_scale", col_scale.dimensions(), col_scale_expected,
+          attrs.colwise ? "x's shape with dim block_axis=" +
+                              std::to_string(attrs.block_axis) +
+                              " replaced by ceil(K/32), " + colwise_note
+                        : colwise_note)) {
+    return *error;
+  }
+
+  // Element types of the enabled outputs: one FP8 type, U8 scales.
+  const ffi::DataType fp8_type =
+      attrs.rowwise ? row.element_type() : col.element_type();
+  const char* fp8_source = attrs.rowwise ? "row" : "col";
+  const std::optional<Fp8Format> format = Fp8FormatOf(fp8_type);
+  if (!format.has_value()) {
+    return InvalidArgument(std::string(fp8_source) + " has element type " +
+                           DataTypeName(fp8_type) +
+                           " but expected f8e4m3fn or f8e5m2");
+  }
+  if (attrs.rowwise && attrs.colwise) {
+    if (auto error = CheckType("col", col.element_type(), fp8_type,
+                               DataTypeName(fp8_type) +
+                                   " (the element type of row)")) {
+      return *error;
+    }
+  }
+  if (attrs.rowwise) {
+    if (auto error = CheckType("row_scale", row_scale.element_type(),
+                               ffi::DataType::U8, "u8 (E8M0 bytes)")) {
+      return *error;
+    }
+  }
+  if (attrs.colwise) {
+    if (auto error = CheckType("col_scale", col_scale.element_type(),
+                               ffi::DataType::U8, "u8 (E8M0 bytes)")) {
+      return *error;
+    }
+  }
+
+  // The (A, K, C, L) view.
+  problem.input_type = *input_type;
+  problem.format = *format;
+  problem.rowwise = attrs.rowwise;
+  problem.colwise = attrs.colwise;
+  problem.last = last;
+  if (attrs.colwise) {
+    const size_t axis = static_cast<size_t>(attrs.block_axis);
+    problem.outer = Product(x_dims.first(axis));
+    problem.blocked = x_dims[axis];
+    problem.inner = Product(ffi::Span<const int64_t>(
+        x_dims.begin() + axis + 1, x_dims.size() - axis - 2));
+  } else {
+    problem.outer = Product(x_dims.first(x_dims.size() - 1));
+    problem.blocked = 1;
+    problem.inner = 1;
+  }
+  return problem;
+}
+
+}  // namespace eqx_quant

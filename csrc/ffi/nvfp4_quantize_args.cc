@@ -1,1 +1,317 @@
-// placeholder: filled by the block-format work
+#include "ffi/nvfp4_quantize_args.h"
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/nvfp4_problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace eqx_quant {
+namespace {
+
+namespace ffi = xla::ffi;
+
+using Dims = ffi::Span<const int64_t>;
+
+constexpr int64_t kBlock = 16;
+
+std::string TypeName(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::S8: return "s8";
+    case ffi::DataType::S16: return "s16";
+    case ffi::DataType::S32: return "s32";
+    case ffi::DataType::S64: return "s64";
+    case ffi::DataType::U8: return "u8";
+    case ffi::DataType::U16: return "u16";
+    case ffi::DataType::U32: return "u32";
+    case ffi::DataType::U64: return "u64";
+    case ffi::DataType::F16: return "f16";
+    case ffi::DataType::BF16: return "bf16";
+    case ffi::DataType::F32: return "f32";
+    case ffi::DataType::F64: return "f64";
+    case ffi::DataType::F8E4M3FN: return "f8e4m3fn";
+    case ffi::DataType::F8E5M2: return "f8e5m2";
+    default: return "dtype#" + std::to_string(static_cast<int>(type));
+  }
+}
+
+std::string ShapeString(Dims dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) text += ",";
+    text += std::to_string(dims[i]);
+  }
+  return text + "]";
+}
+
+std::string Bool(bool value) { return value ? "true" : "false"; }
+
+std::vector<int64_t> Concat(std::initializer_list<Dims> parts) {
+  std::vector<int64_t> out;
+  for (Dims part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+int64_t Product(Dims dims) {
+  int64_t product = 1;
+  for (int64_t dim : dims) product *= dim;
+  return product;
+}
+
+// Builds the errors of one op: every message starts with the op's name.
+class Checker {
+ public:
+  explicit Checker(const char* op) : prefix_(std::string(op) + ": ") {}
+
+  ffi::Error Fail(const std::string& message) const {
+    return ffi::Error::InvalidArgument(prefix_ + message);
+  }
+
+  // Error unless `buffer` has element type `type` and shape `expected`;
+  // `what` says how `expected` was derived, for the message.
+  std::optional<ffi::Error> Operand(const char* name,
+                                    const ffi::AnyBuffer& buffer,
+                                    ffi::DataType type,
+                                    const std::vector<int64_t>& expected,
+                                    const std::string& what) const {
+    if (buffer.element_type() != type) {
+      return Fail(std::string(name) + " has element type " +
+                  TypeName(buffer.element_type()) + " but expected " +
+                  TypeName(type));
+    }
+    if (!(buffer.dimensions() == Dims(expected))) {
+      return Fail(std::string(name) + " has shape " +
+                  ShapeString(buffer.dimensions()) + " but expected " +
+                  ShapeString(expected) + " (" + what + ")");
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::string prefix_;
+};
+
+// The input type, the batch and the (A, K, C, L) view of x. `k_needed` (null
+// if not) says which setting needs a blocked axis K, for the message.
+ffi::ErrorOr<Nvfp4View> CheckView(const Checker& check, const ffi::AnyBuffer& x,
+                                  int64_t n_batch, int64_t block_axis,
+                                  const std::string* k_needed) {
+  Nvfp4View view;
+  switch (x.element_type()) {
+    case ffi::DataType::F32: view.input_type = InputType::kF32; break;
+    case ffi::DataType::F16: view.input_type = InputType::kF16; break;
+    case ffi::DataType::BF16: view.input_type = InputType::kBF16; break;
+    default:
+      return check.Fail("x has element type " + TypeName(x.element_type()) +
+                        " but expected f32, f16 or bf16");
+  }
+  const Dims dims = x.dimensions();
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  if (n_batch < 0 || n_batch >= rank) {
+    return check.Fail("n_batch=" + std::to_string(n_batch) +
+                      " is out of range [0, " + std::to_string(rank - 1) +
+                      "] for x of shape " + ShapeString(dims) +
+                      " (each example needs at least one dim)");
+  }
+  const std::string block_range = "[n_batch, rank(x) - 2] = [" +
+                                  std::to_string(n_batch) + ", " +
+                                  std::to_string(rank - 2) + "]";
+  if (block_axis != -1 && (block_axis < n_batch || block_axis > rank - 2)) {
+    return check.Fail("block_axis=" + std::to_string(block_axis) +
+                      " is out of range: expected -1 or " + block_range +
+                      " for x of shape " + ShapeString(dims));
+  }
+  if (block_axis == -1 && k_needed != nullptr) {
+    return check.Fail("block_axis=-1 but " + *k_needed +
+                      " needs a blocked axis: expected block_axis in " +
+                      block_range + " for x of shape " + ShapeString(dims));
+  }
+  const Dims example(dims.begin() + n_batch, rank - n_batch);
+  const int64_t n = static_cast<int64_t>(example.size());
+  view.batch = Product(dims.first(n_batch));
+  view.shape.assign(example.begin(), example.end());
+  view.l = example[n - 1];
+  if (block_axis == -1) {
+    view.k_axis = -1;
+    view.a = Product(example.first(n - 1));
+    view.k = 1;
+    view.c = 1;
+  } else {
+    const int64_t k_axis = block_axis - n_batch;
+    view.k_axis = k_axis;
+    view.a = Product(example.first(k_axis));
+    view.k = example[k_axis];
+    view.c = Product(Dims(example.begin() + k_axis + 1, n - 1 - k_axis - 1));
+  }
+  return view;
+}
+
+std::optional<ffi::Error> CheckSignMask(const Checker& check, int64_t mask) {
+  if (mask < 0 || mask > 0xFFFF) {
+    return check.Fail("rht_sign_mask=" + std::to_string(mask) +
+                      " is not a 16-bit mask: expected [0, 65535]");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ffi::ErrorOr<Nvfp4AmaxProblem> CheckNvfp4AmaxOperands(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& amax,
+    const ffi::AnyBuffer& rht_amax, const Nvfp4AmaxAttrs& attrs) {
+  const Checker check("eqx_quant_nvfp4_amax");
+  const std::string rht_note = "with_rht=" + Bool(attrs.with_rht);
+  ffi::ErrorOr<Nvfp4View> view =
+      CheckView(check, x, attrs.n_batch, attrs.block_axis,
+                attrs.with_rht ? &rht_note : nullptr);
+  if (!view.has_value()) return view.error();
+  if (auto error = CheckSignMask(check, attrs.rht_sign_mask)) return *error;
+  if (attrs.with_rht && view->k % kBlock != 0) {
+    return check.Fail("with_rht=true needs K = x.shape[block_axis] = " +
+                      std::to_string(view->k) + " to be a multiple of 16");
+  }
+  const Dims batch = x.dimensions().first(static_cast<size_t>(attrs.n_batch));
+  const std::vector<int64_t> one = {1};
+  const std::vector<int64_t> per_example = Concat({batch, one});
+  if (auto error = check.Operand("amax", amax, ffi::DataType::F32, per_example,
+                                 "B + (1,)")) {
+    return *error;
+  }
+  const std::vector<int64_t> rht_shape =
+      attrs.with_rht ? per_example : std::vector<int64_t>{0};
+  if (auto error = check.Operand(
+          "rht_amax", rht_amax, ffi::DataType::F32, rht_shape,
+          (attrs.with_rht ? "B + (1,), " : "(0,), ") + rht_note)) {
+    return *error;
+  }
+  Nvfp4AmaxProblem problem;
+  problem.view = std::move(*view);
+  problem.with_rht = attrs.with_rht;
+  problem.rht_sign_mask = static_cast<uint32_t>(attrs.rht_sign_mask);
+  return problem;
+}
+
+ffi::ErrorOr<Nvfp4QuantizeProblem> CheckNvfp4QuantizeOperands(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& amax,
+    const ffi::AnyBuffer& col_amax, const ffi::AnyBuffer& key,
+    const ffi::AnyBuffer& offset, const ffi::AnyBuffer& row,
+    const ffi::AnyBuffer& row_scale, const ffi::AnyBuffer& col,
+    const ffi::AnyBuffer& col_scale, const Nvfp4QuantizeAttrs& attrs) {
+  const Checker check("eqx_quant_nvfp4_quantize");
+  if (!attrs.rowwise && !attrs.colwise) {
+    return check.Fail(
+        "rowwise and colwise are both false; at least one is required");
+  }
+  const std::string k_needed =
+      attrs.colwise ? "colwise=true" : "use_2d=true";
+  ffi::ErrorOr<Nvfp4View> view =
+      CheckView(check, x, attrs.n_batch, attrs.block_axis,
+                (attrs.colwise || attrs.use_2d) ? &k_needed : nullptr);
+  if (!view.has_value()) return view.error();
+  if (auto error = CheckSignMask(check, attrs.rht_sign_mask)) return *error;
+  if (attrs.use_rht && attrs.use_2d) {
+    return check.Fail(
+        "use_rht=true with use_2d=true: the RHT applies to 1D scaling only");
+  }
+  if (attrs.use_rht && attrs.colwise && view->k % kBlock != 0) {
+    return check.Fail("use_rht=true needs K = x.shape[block_axis] = " +
+                      std::to_string(view->k) + " to be a multiple of 16");
+  }
+  const int64_t n = static_cast<int64_t>(view->shape.size());
+  if (static_cast<int64_t>(attrs.global_shape.size()) != n) {
+    return check.Fail("global_shape has " +
+                      std::to_string(attrs.global_shape.size()) +
+                      " entries " + ShapeString(attrs.global_shape) +
+                      " but expected " + std::to_string(n) +
+                      " (the rank of the per-example shape S)");
+  }
+  for (int64_t dim : attrs.global_shape) {
+    if (dim < 0) {
+      return check.Fail("global_shape " + ShapeString(attrs.global_shape) +
+                        " has a negative entry");
+    }
+  }
+
+  // Shape pieces: B, S[:fa-1], S[fa-1], S[fa:], S[:n-1].
+  const Dims dims = x.dimensions();
+  const size_t nb = static_cast<size_t>(attrs.n_batch);
+  const Dims batch = dims.first(nb);
+  const Dims s(dims.begin() + nb, static_cast<size_t>(n));
+  const std::vector<int64_t> one = {1};
+  const std::vector<int64_t> two = {2};
+  const std::vector<int64_t> rank = {n};
+  const std::vector<int64_t> empty = {0};
+  const std::vector<int64_t> per_example = Concat({batch, one});
+
+  if (auto error = check.Operand("amax", amax, ffi::DataType::F32, per_example,
+                                 "B + (1,)")) {
+    return *error;
+  }
+  if (auto error = check.Operand("col_amax", col_amax, ffi::DataType::F32,
+                                 per_example, "B + (1,)")) {
+    return *error;
+  }
+  if (auto error = check.Operand("key", key, ffi::DataType::U32,
+                                 Concat({batch, two}), "B + (2,)")) {
+    return *error;
+  }
+  if (auto error = check.Operand("offset", offset, ffi::DataType::S32, rank,
+                                 "(n,), n = rank of the per-example shape")) {
+    return *error;
+  }
+
+  const std::string rowwise_note = "rowwise=" + Bool(attrs.rowwise);
+  const std::string colwise_note = "colwise=" + Bool(attrs.colwise);
+  const std::vector<int64_t> l_blocks = {(view->l + kBlock - 1) / kBlock};
+  const bool rw = attrs.rowwise;
+  if (auto error = check.Operand(
+          "row", row, ffi::DataType::U8, rw ? Concat({dims}) : empty,
+          (rw ? "B + S, " : "(0,), ") + rowwise_note)) {
+    return *error;
+  }
+  if (auto error = check.Operand(
+          "row_scale", row_scale, ffi::DataType::U8,
+          rw ? Concat({batch, s.first(n - 1), l_blocks}) : empty,
+          (rw ? "B + S[:n-1] + (ceil(L/16),), " : "(0,), ") + rowwise_note)) {
+    return *error;
+  }
+  std::vector<int64_t> col_shape = empty;
+  std::vector<int64_t> col_scale_shape = empty;
+  if (attrs.colwise) {
+    const size_t fa = static_cast<size_t>(view->k_axis + 1);
+    const std::vector<int64_t> k_blocks = {(view->k + kBlock - 1) / kBlock};
+    const Dims tail(s.begin() + fa, static_cast<size_t>(n) - fa);
+    col_shape = Concat({batch, tail, s.first(fa)});
+    col_scale_shape = Concat({batch, tail, s.first(fa - 1), k_blocks});
+  }
+  const bool cw = attrs.colwise;
+  if (auto error = check.Operand(
+          "col", col, ffi::DataType::U8, col_shape,
+          (cw ? "B + S[fa:] + S[:fa], " : "(0,), ") + colwise_note)) {
+    return *error;
+  }
+  if (auto error = check.Operand(
+          "col_scale", col_scale, ffi::DataType::U8, col_scale_shape,
+          (cw ? "B + S[fa:] + S[:fa-1] + (ceil(K/16),), " : "(0,), ") +
+              colwise_note)) {
+    return *error;
+  }
+
+  Nvfp4QuantizeProblem problem;
+  problem.view = std::move(*view);
+  problem.rowwise = attrs.rowwise;
+  problem.colwise = attrs.colwise;
+  problem.use_2d = attrs.use_2d;
+  problem.use_rht = attrs.use_rht && attrs.colwise;
+  problem.rht_sign_mask = static_cast<uint32_t>(attrs.rht_sign_mask);
+  problem.stochastic_rounding = attrs.stochastic_rounding;
+  problem.global_shape.assign(attrs.global_shape.begin(),
+                              attrs.global_shape.end());
+  return problem;
+}
+
+}  // namespace eqx_quant

@@ -1,0 +1,94 @@
+// Threefry-2x32 with 20 rounds (Random123; the generator behind jax.random's
+// default keys) and the counter-based random word of one quantized element,
+// as specified in docs/block_formats.md ("Stochastic rounding").
+//
+// Pure 32-bit integer arithmetic: the same header gives the same words on the
+// host and on a CUDA device.
+
+#ifndef EQX_QUANT_CSRC_COMMON_THREEFRY_H_
+#define EQX_QUANT_CSRC_COMMON_THREEFRY_H_
+
+#include <cstdint>
+
+#ifndef EQXQ_HOST_DEVICE
+#if defined(__CUDACC__)
+#define EQXQ_HOST_DEVICE __host__ __device__
+#else
+#define EQXQ_HOST_DEVICE
+#endif
+#endif
+
+namespace eqx_quant {
+
+// The key schedule's parity constant.
+inline constexpr uint32_t kThreefryParity = 0x1BD11BDAu;
+
+EQXQ_HOST_DEVICE inline uint32_t RotateLeft32(uint32_t value, int amount) {
+  return (value << amount) | (value >> (32 - amount));
+}
+
+// Four rounds of one group: x0 += x1; x1 = rotl(x1, r) ^ x0.
+EQXQ_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1, int r0,
+                                           int r1, int r2, int r3) {
+  x0 += x1;
+  x1 = RotateLeft32(x1, r0) ^ x0;
+  x0 += x1;
+  x1 = RotateLeft32(x1, r1) ^ x0;
+  x0 += x1;
+  x1 = RotateLeft32(x1, r2) ^ x0;
+  x0 += x1;
+  x1 = RotateLeft32(x1, r3) ^ x0;
+}
+
+// Threefry-2x32-20 of the counter (c0, c1) under the key (k0, k1); writes
+// both output words. Five groups of four rounds, rotations (13, 15, 26, 6)
+// for the even groups and (17, 29, 16, 24) for the odd ones, each group
+// followed by the key injection x0 += ks[(g+1)%3], x1 += ks[(g+2)%3] + g + 1.
+EQXQ_HOST_DEVICE inline void Threefry2x32(uint32_t k0, uint32_t k1,
+                                          uint32_t c0, uint32_t c1,
+                                          uint32_t& out0, uint32_t& out1) {
+  const uint32_t k2 = k0 ^ k1 ^ kThreefryParity;
+  uint32_t x0 = c0 + k0;
+  uint32_t x1 = c1 + k1;
+  ThreefryGroup(x0, x1, 13, 15, 26, 6);  // group 0
+  x0 += k1;
+  x1 += k2 + 1u;
+  ThreefryGroup(x0, x1, 17, 29, 16, 24);  // group 1
+  x0 += k2;
+  x1 += k0 + 2u;
+  ThreefryGroup(x0, x1, 13, 15, 26, 6);  // group 2
+  x0 += k0;
+  x1 += k1 + 3u;
+  ThreefryGroup(x0, x1, 17, 29, 16, 24);  // group 3
+  x0 += k1;
+  x1 += k2 + 4u;
+  ThreefryGroup(x0, x1, 13, 15, 26, 6);  // group 4
+  x0 += k2;
+  x1 += k0 + 5u;
+  out0 = x0;
+  out1 = x1;
+}
+
+// Stream ids of the two quantized parts (they draw independent words for the
+// same element).
+inline constexpr uint32_t kRowwiseStream = 0;
+inline constexpr uint32_t kColwiseStream = 1;
+
+// The random word of the element with global row-major linear index `index`:
+// threefry2x32(key, (lo32(index), hi32(index) | stream << 31))[0].
+EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingWord(uint32_t k0,
+                                                        uint32_t k1,
+                                                        uint64_t index,
+                                                        uint32_t stream) {
+  const uint32_t lo = static_cast<uint32_t>(index);
+  const uint32_t hi =
+      static_cast<uint32_t>(index >> 32) | ((stream & 1u) << 31);
+  uint32_t out0;
+  uint32_t out1;
+  Threefry2x32(k0, k1, lo, hi, out0, out1);
+  return out0;
+}
+
+}  // namespace eqx_quant
+
+#endif  // EQX_QUANT_CSRC_COMMON_THREEFRY_H_

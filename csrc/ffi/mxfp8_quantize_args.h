@@ -1,0 +1,33 @@
+// Validation of the operands of eqx_quant_mxfp8_quantize (shared by the CPU
+// and CUDA handlers) and their translation into the XLA-free
+// Mxfp8QuantizeProblem.
+
+#ifndef EQX_QUANT_CSRC_FFI_MXFP8_QUANTIZE_ARGS_H_
+#define EQX_QUANT_CSRC_FFI_MXFP8_QUANTIZE_ARGS_H_
+
+#include <cstdint>
+
+#include "common/mxfp8_problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace eqx_quant {
+
+// The attributes of the op, as bound in mxfp8_quantize_binding.h.
+struct Mxfp8QuantizeAttrs {
+  int64_t block_axis = -1;
+  bool rowwise = false;
+  bool colwise = false;
+};
+
+// Checks every rank, dimension and element type against the op's contract
+// and returns the problem description, or an InvalidArgument error whose
+// message starts with "eqx_quant_mxfp8_quantize: " and names the offending
+// operand or attribute with its expected and actual value.
+xla::ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
+    const xla::ffi::AnyBuffer& x, const xla::ffi::AnyBuffer& row,
+    const xla::ffi::AnyBuffer& row_scale, const xla::ffi::AnyBuffer& col,
+    const xla::ffi::AnyBuffer& col_scale, const Mxfp8QuantizeAttrs& attrs);
+
+}  // namespace eqx_quant
+
+#endif  // EQX_QUANT_CSRC_FFI_MXFP8_QUANTIZE_ARGS_H_

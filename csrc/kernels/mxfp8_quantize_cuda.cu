@@ -1,0 +1,542 @@
+// CUDA kernels of eqx_quant_mxfp8_quantize for sm_90a (H100 / H200).
+//
+// Semantics: exactly the CPU kernel's (kernels/mxfp8_quantize_cpu.h), bit for
+// bit. Per block of 32 (a final partial block as if zero-padded):
+//   amax  = NaN-ignoring max |x|, found as the max of the magnitude bit
+//           patterns with NaN -> 0 (integer compares: no flush-to-zero issue)
+//   E     = Mxfp8BlockScale(amax) = e8m0_round_up(fl(amax * fl(1/fp8_max)))
+//   bytes = cvt.rn.satfinite(fl(x * 2^(127-E)))    NaN -> 0x7F
+// The helpers of common/e8m0.h are shared with the CPU kernel. This file is
+// compiled with --fmad=false --ftz=false, and the per-element product is an
+// explicit __fmul_rn, so a subnormal product (E near 0xFE) is kept. The FP8
+// cast is the hardware convert `cvt.rn.satfinite.{e4m3,e5m2}x2.f32`, which
+// equals fp8_format.h's FloatToFp8 on all 2^32 f32 inputs, NaN -> 0x7F in
+// both formats (EqxQuantCudaFp8ConvertSelfTest in fp8_quantize_cuda.cu).
+//
+// Kernels (256 threads; nothing allocated):
+//   * TileKernel<kRow, kCol>, the fast path, persistent (one wave of CTAs,
+//     tiles in a grid-stride loop). A tile is 32 rows (one colwise block
+//     height: 32 consecutive k of one example slice a) x 32 * kVec columns of
+//     the (C*L)-wide rows, kVec = elements per 16 bytes (8 for bf16 / f16, 4
+//     for f32): 16 KiB of input. Warp w owns rows w, w+8, w+16, w+24, one
+//     16-byte vector per lane and row. The next tile's 4 vectors per thread
+//     are fetched with cp.async into a second shared-memory buffer (2 x 16
+//     KiB) while the current one is processed, so every CTA always has 16 KiB
+//     of loads in flight.
+//       rowwise: a block is 32/kVec consecutive lanes; its amax is a shuffle
+//         butterfly; the block's first lane writes the scale byte.
+//       colwise: each thread folds its 4 rows; the 8 warp partials go through
+//         shared memory (4 KiB); 128 threads finish the column maxima, write
+//         the column scale bytes and publish 2^(127-E) per column.
+//     The FP8 bytes of a warp's 4 rows are staged in the warp's (already
+//     consumed) part of the input buffer and written with 16-byte stores
+//     (4 or 8 byte stores from registers when the rows are not 16-byte
+//     aligned). Rowwise only with L % 32 == 0 runs on the flat array seen as
+//     rows of 32 * kVec elements (blocks never straddle them), so short rows
+//     still use every lane.
+//   * RowScalarKernel / ColScalarKernel: one thread per block, scalar loads,
+//     for every other shape or alignment (L % 32 != 0, rows not a multiple of
+//     16 input bytes, misaligned buffers). The column kernel is coalesced
+//     (consecutive threads, consecutive columns).
+// No kernel spills (ptxas -warn-spills is on in CMake).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/e8m0.h"
+#include "common/fp8_format.h"
+#include "common/mxfp8_problem.h"
+#include "kernels/mxfp8_quantize_cuda.h"
+#include "kernels/mxfp8_quantize_cuda_device.cuh"
+
+namespace eqx_quant::cuda {
+namespace {
+
+using mxfp8::AsyncCommit;
+using mxfp8::AsyncCopy16;
+using mxfp8::AsyncWaitAllButNewest;
+using mxfp8::BlockScale;
+using mxfp8::Bf16In;
+using mxfp8::F16In;
+using mxfp8::F32In;
+using mxfp8::KeyMax;
+using mxfp8::KeyWordMax;
+using mxfp8::QuantizeBlockScalar;
+using mxfp8::QuantizeVector;
+using mxfp8::VectorKey;
+
+constexpr int kBlock = static_cast<int>(kMxfp8BlockSize);  // 32
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerThread = kBlock / kWarps;  // 4
+static_assert(kRowsPerThread * kWarps == kBlock, "a tile is one block high");
+
+// ---------------------------------------------------------------------------
+// The tile kernel.
+
+struct TileParams {
+  const void* x;
+  uint8_t* row;        // if kRow
+  uint8_t* row_scale;  // if kRow
+  uint8_t* col;        // if kCol
+  uint8_t* col_scale;  // if kCol
+  int64_t rows;        // K (rows per example slice a)
+  int64_t width;       // W = C * L, elements per row; a multiple of kVec
+  int64_t limit;       // flat mode (rowwise only): the number of elements
+  uint32_t k_tiles;    // ceil(K / 32)
+  uint32_t w_tiles;    // ceil(W / tile columns)
+  int64_t tiles;       // A * k_tiles * w_tiles < 2^31
+  bool wide;           // outputs 16-byte aligned and W % 16 == 0
+};
+
+// Where tile t lies.
+struct Tile {
+  int64_t row0;       // first row: a * K + kb * 32
+  int64_t col0;       // first column
+  int64_t scale_row;  // its col_scale row: a * k_tiles + kb
+  int64_t rows;       // rows in the tile (<= 32)
+};
+
+__device__ __forceinline__ Tile TileAt(const TileParams& p, int64_t t,
+                                       int tile_cols) {
+  const uint32_t tile = static_cast<uint32_t>(t);
+  const uint32_t rest = tile / p.w_tiles;
+  const uint32_t a = rest / p.k_tiles;
+  const uint32_t kb = rest - a * p.k_tiles;
+  Tile out;
+  out.row0 = int64_t{a} * p.rows + int64_t{kb} * kBlock;
+  out.col0 = int64_t{tile - rest * p.w_tiles} * tile_cols;
+  out.scale_row = rest;
+  out.rows = min(int64_t{kBlock}, p.rows - int64_t{kb} * kBlock);
+  return out;
+}
+
+// Resident CTAs per SM the kernels are built for: registers <= 64, 48 or 40,
+// each CTA with 16 KiB of loads in flight (38 KiB of shared memory with
+// colwise, 32 KiB without).
+template <bool kRow, bool kCol>
+constexpr int kTileMinBlocks = kCol ? (kRow ? 4 : 5) : 6;
+
+template <typename In, Fp8Format kFormat, bool kRow, bool kCol>
+__global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
+    TileKernel(const __grid_constant__ TileParams p) {
+  using Storage = typename In::Storage;
+  constexpr int kVec = In::kVec;
+  constexpr int kTileCols = 32 * kVec;
+  constexpr int kLanesPerBlock = kBlock / kVec;
+  constexpr int kStageBytes = kRowsPerThread * kTileCols;  // per warp
+  constexpr int kOutWords = kVec / 4;
+  constexpr bool kFlat = !kCol;  // rowwise only: the flat view
+  static_assert(kStageBytes <= kRowsPerThread * 32 * 16, "stage fits");
+  // Two tiles of input: [buffer][warp][row u][lane][16 bytes].
+  __shared__ __align__(16) uint32_t buf[2][kWarps][kRowsPerThread][32][4];
+  __shared__ __align__(16) uint32_t part[kCol ? kWarps : 1][32 * 4];
+  __shared__ __align__(16) float factors[kCol ? kTileCols : 4];
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const Storage* x = static_cast<const Storage*>(p.x);
+
+  // Row u of this thread is tile row warp + kWarps * u.
+  auto elem_at = [&](const Tile& t, int u, int64_t col) {
+    return (t.row0 + warp + kWarps * u) * p.width + col;
+  };
+  auto valid_at = [&](const Tile& t, int u, int64_t col) {
+    if constexpr (kFlat) {
+      return elem_at(t, u, col) < p.limit;
+    } else {
+      return warp + kWarps * u < t.rows && col < p.width;
+    }
+  };
+  auto fetch = [&](int64_t index, int b) {
+    const Tile t = TileAt(p, index, kTileCols);
+    const int64_t col = t.col0 + lane * kVec;
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      const bool valid = valid_at(t, u, col);
+      AsyncCopy16(buf[b][warp][u][lane], valid ? x + elem_at(t, u, col) : x,
+                  valid);
+    }
+  };
+
+  int cur = 0;
+  if (blockIdx.x < p.tiles) fetch(blockIdx.x, 0);
+  AsyncCommit();
+  for (int64_t index = blockIdx.x; index < p.tiles;
+       index += gridDim.x, cur ^= 1) {
+    if (index + gridDim.x < p.tiles) fetch(index + gridDim.x, cur ^ 1);
+    AsyncCommit();
+    AsyncWaitAllButNewest();  // this thread's part of tile `index` is in
+
+    const Tile t = TileAt(p, index, kTileCols);
+    const int64_t my_col = t.col0 + lane * kVec;
+    uint32_t w[kRowsPerThread][4];
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      const uint4 v = *reinterpret_cast<const uint4*>(buf[cur][warp][u][lane]);
+      w[u][0] = v.x;
+      w[u][1] = v.y;
+      w[u][2] = v.z;
+      w[u][3] = v.w;
+    }
+    __syncwarp();  // the warp's slots are read: they become its stage
+    uint8_t* const stage = reinterpret_cast<uint8_t*>(buf[cur][warp]);
+
+    // One row of FP8 bytes: staged, or stored straight (kVec bytes).
+    auto emit = [&](int u, const uint32_t (&q)[kOutWords], uint8_t* out) {
+      if (p.wide) {
+        uint8_t* slot = stage + u * kTileCols + lane * kVec;
+        if constexpr (kOutWords == 2) {
+          *reinterpret_cast<uint2*>(slot) = make_uint2(q[0], q[1]);
+        } else {
+          *reinterpret_cast<uint32_t*>(slot) = q[0];
+        }
+      } else if (valid_at(t, u, my_col)) {
+        uint8_t* dst = out + elem_at(t, u, my_col);
+        if constexpr (kOutWords == 2) {
+          *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
+        } else {
+          *reinterpret_cast<uint32_t*>(dst) = q[0];
+        }
+      }
+    };
+    // The staged rows -> 16-byte stores (a warp instruction writes whole
+    // 512-byte rows, or 4 rows of 128 bytes for f32).
+    auto flush = [&](uint8_t* out) {
+      if (!p.wide) return;
+      __syncwarp();
+#pragma unroll
+      for (int chunk = 0; chunk < kStageBytes / 512; ++chunk) {
+        const int byte = chunk * 512 + lane * 16;
+        const int u = byte / kTileCols;
+        const int64_t col = t.col0 + byte % kTileCols;
+        if (valid_at(t, u, col)) {
+          *reinterpret_cast<uint4*>(out + elem_at(t, u, col)) =
+              *reinterpret_cast<const uint4*>(stage + byte);
+        }
+      }
+      __syncwarp();
+    };
+
+    if constexpr (kCol) {
+      // This thread's part of the column maxima (NaNs dropped).
+      uint32_t ck[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        ck[j] = KeyWordMax<In, kRowsPerThread>(&w[0][j], 4);
+      }
+      *reinterpret_cast<uint4*>(&part[warp][lane * 4]) =
+          make_uint4(ck[0], ck[1], ck[2], ck[3]);
+    }
+
+    if constexpr (kRow) {
+#pragma unroll
+      for (int u = 0; u < kRowsPerThread; ++u) {
+        uint32_t key = VectorKey<In>(w[u]);
+#pragma unroll
+        for (int s = 1; s < kLanesPerBlock; s *= 2) {
+          key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
+        }
+        const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
+        const float factor = E8m0ReciprocalScale(e);
+        uint32_t q[kOutWords];
+        QuantizeVector<In, kFormat, true>(w[u], &factor, q);
+        if (lane % kLanesPerBlock == 0 && valid_at(t, u, my_col)) {
+          p.row_scale[elem_at(t, u, my_col) / kBlock] = e;
+        }
+        emit(u, q, p.row);
+      }
+      flush(p.row);
+    }
+
+    if constexpr (kCol) {
+      __syncthreads();  // the partials are in
+      const int c = threadIdx.x;  // key word c: columns c * kKeysPerWord + h
+      if (c < 32 * 4) {
+        uint32_t m = part[0][c];
+#pragma unroll
+        for (int v = 1; v < kWarps; ++v) m = KeyMax<In>(m, part[v][c]);
+        uint8_t* scales = p.col_scale + t.scale_row * p.width + t.col0;
+#pragma unroll
+        for (int h = 0; h < In::kKeysPerWord; ++h) {
+          const uint32_t key =
+              In::kKeysPerWord == 2 ? (h ? m >> 16 : m & 0xFFFFu) : m;
+          const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
+          const int column = c * In::kKeysPerWord + h;
+          factors[column] = E8m0ReciprocalScale(e);
+          if (t.col0 + column < p.width) scales[column] = e;
+        }
+      }
+      __syncthreads();  // the factors are in
+      float f[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; e += 4) {
+        const float4 four =
+            *reinterpret_cast<const float4*>(&factors[lane * kVec + e]);
+        f[e] = four.x;
+        f[e + 1] = four.y;
+        f[e + 2] = four.z;
+        f[e + 3] = four.w;
+      }
+#pragma unroll
+      for (int u = 0; u < kRowsPerThread; ++u) {
+        uint32_t q[kOutWords];
+        QuantizeVector<In, kFormat, false>(w[u], f, q);
+        emit(u, q, p.col);
+      }
+      flush(p.col);
+      // The next tile writes `part` before its first barrier: every reader
+      // of this tile's `part` passed the barrier above; every reader of
+      // `factors` reaches the next tile's first barrier before any write.
+    }
+    // The next iteration's cp.async into this buffer is issued after the
+    // warp's last stage read (flush ends with __syncwarp).
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Scalar kernels: one thread per block (QuantizeBlockScalar).
+
+struct ScalarParams {
+  const void* x;
+  uint8_t* out;
+  uint8_t* scale;
+  int64_t length;  // row: L; col: K
+  int64_t width;   // row: unused; col: W = C * L
+  int64_t blocks;  // row: ceil(L/32); col: ceil(K/32)
+  int64_t total;   // threads of work: row: lines * blocks; col: A * blocks * W
+};
+
+// Thread b: block b % blocks of line b / blocks (x row-major lines of L).
+template <typename In, Fp8Format kFormat>
+__global__ void __launch_bounds__(kThreads)
+    RowScalarKernel(const __grid_constant__ ScalarParams p) {
+  const auto* x = static_cast<const typename In::Storage*>(p.x);
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+       b < p.total; b += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t line = b / p.blocks;
+    const int64_t first = (b - line * p.blocks) * kBlock;
+    const int count =
+        static_cast<int>(min(int64_t{kBlock}, p.length - first));
+    const int64_t offset = line * p.length + first;
+    p.scale[b] =
+        QuantizeBlockScalar<In, kFormat>(x + offset, p.out + offset, 1, count);
+  }
+}
+
+// Thread i = (a * blocks + kb) * W + col: column col of K-block kb of slice a
+// (which is also its col_scale index).
+template <typename In, Fp8Format kFormat>
+__global__ void __launch_bounds__(kThreads)
+    ColScalarKernel(const __grid_constant__ ScalarParams p) {
+  const auto* x = static_cast<const typename In::Storage*>(p.x);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+       i < p.total; i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t col = i % p.width;
+    const int64_t slab = i / p.width;  // a * blocks + kb
+    const int64_t a = slab / p.blocks;
+    const int64_t k0 = (slab - a * p.blocks) * kBlock;
+    const int count =
+        static_cast<int>(min(int64_t{kBlock}, p.length - k0));
+    const int64_t offset = (a * p.length + k0) * p.width + col;
+    p.scale[i] = QuantizeBlockScalar<In, kFormat>(x + offset, p.out + offset,
+                                                  p.width, count);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+bool Aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+Mxfp8LaunchStatus Check(const char* what) {
+  Mxfp8LaunchStatus status;
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    status.ok = false;
+    status.cuda_error = static_cast<int>(error);
+    status.what = what;
+  }
+  return status;
+}
+
+// Multiprocessors of the current device (a cheap query).
+int SmCount() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess ||
+      sms <= 0) {
+    cudaGetLastError();
+    return 132;  // H100 / H200
+  }
+  return sms;
+}
+
+unsigned GridFor(int64_t work_items) {
+  const int64_t kMaxGrid = int64_t{1} << 30;  // grid-stride beyond
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min(work_items, kMaxGrid)));
+}
+
+template <typename In, Fp8Format kFormat, bool kRow, bool kCol>
+Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
+  if (p.tiles > int64_t{0x7FFFFFFF}) {
+    return Mxfp8LaunchStatus{false, 0, "the tensor is too large (2^31 tiles)"};
+  }
+  // One wave of resident CTAs (persistent: each loops over tiles). The
+  // kernel reads through shared memory only: prefer shared memory to L1.
+  static const int per_sm = [] {
+    auto* kernel = TileKernel<In, kFormat, kRow, kCol>;
+    int blocks = 0;
+    if (cudaFuncSetAttribute(kernel,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel,
+                                                      kThreads, 0) !=
+            cudaSuccess ||
+        blocks <= 0) {
+      cudaGetLastError();
+      blocks = kTileMinBlocks<kRow, kCol>;
+    }
+    return blocks;
+  }();
+  const int64_t grid = std::min(p.tiles, int64_t{SmCount()} * per_sm);
+  TileKernel<In, kFormat, kRow, kCol>
+      <<<GridFor(grid), kThreads, 0, stream>>>(p);
+  return Check("launching TileKernel");
+}
+
+template <typename In, Fp8Format kFormat>
+Mxfp8LaunchStatus LaunchRowScalar(const Mxfp8QuantizeProblem& problem,
+                                  const Mxfp8QuantizeBuffers& buffers,
+                                  cudaStream_t stream) {
+  ScalarParams p{};
+  p.x = buffers.x;
+  p.out = buffers.row;
+  p.scale = buffers.row_scale;
+  p.length = problem.last;
+  p.blocks = Mxfp8Blocks(problem.last);
+  p.total = problem.outer * problem.blocked * problem.inner * p.blocks;
+  RowScalarKernel<In, kFormat>
+      <<<GridFor((p.total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          p);
+  return Check("launching RowScalarKernel");
+}
+
+template <typename In, Fp8Format kFormat>
+Mxfp8LaunchStatus LaunchColScalar(const Mxfp8QuantizeProblem& problem,
+                                  const Mxfp8QuantizeBuffers& buffers,
+                                  cudaStream_t stream) {
+  ScalarParams p{};
+  p.x = buffers.x;
+  p.out = buffers.col;
+  p.scale = buffers.col_scale;
+  p.length = problem.blocked;
+  p.width = problem.inner * problem.last;
+  p.blocks = Mxfp8Blocks(problem.blocked);
+  p.total = problem.outer * p.blocks * p.width;
+  ColScalarKernel<In, kFormat>
+      <<<GridFor((p.total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          p);
+  return Check("launching ColScalarKernel");
+}
+
+template <typename In, Fp8Format kFormat>
+Mxfp8LaunchStatus Run(const Mxfp8QuantizeProblem& problem,
+                      const Mxfp8QuantizeBuffers& buffers,
+                      cudaStream_t stream) {
+  constexpr int kVec = In::kVec;
+  constexpr int64_t kTileCols = 32 * kVec;
+  const int64_t width = problem.inner * problem.last;  // W
+  const int64_t elements = problem.outer * problem.blocked * width;
+  const bool x_ok = Aligned(buffers.x, 16);
+  const bool row_in_tile = problem.rowwise && problem.last % kBlock == 0 &&
+                           Aligned(buffers.row, kVec);
+
+  if (!problem.colwise) {
+    if (!x_ok || !row_in_tile) {
+      return LaunchRowScalar<In, kFormat>(problem, buffers, stream);
+    }
+    // Flat: the data as rows of kTileCols elements (the last one partial).
+    TileParams p{};
+    p.x = buffers.x;
+    p.row = buffers.row;
+    p.row_scale = buffers.row_scale;
+    p.width = kTileCols;
+    p.rows = (elements + kTileCols - 1) / kTileCols;
+    p.limit = elements;
+    p.tiles = (p.rows + kBlock - 1) / kBlock;
+    p.k_tiles = static_cast<uint32_t>(std::min<int64_t>(p.tiles, 0x7FFFFFFF));
+    p.w_tiles = 1;
+    p.wide = Aligned(buffers.row, 16);
+    return LaunchTile<In, kFormat, true, false>(p, stream);
+  }
+
+  if (!x_ok || width % kVec != 0 || !Aligned(buffers.col, kVec)) {
+    Mxfp8LaunchStatus status =
+        LaunchColScalar<In, kFormat>(problem, buffers, stream);
+    if (status.ok && problem.rowwise) {
+      status = LaunchRowScalar<In, kFormat>(problem, buffers, stream);
+    }
+    return status;
+  }
+  TileParams p{};
+  p.x = buffers.x;
+  p.row = buffers.row;
+  p.row_scale = buffers.row_scale;
+  p.col = buffers.col;
+  p.col_scale = buffers.col_scale;
+  p.rows = problem.blocked;
+  p.width = width;
+  p.limit = elements;
+  const int64_t k_tiles = Mxfp8Blocks(problem.blocked);
+  const int64_t w_tiles = (width + kTileCols - 1) / kTileCols;
+  p.tiles = problem.outer * k_tiles * w_tiles;
+  p.k_tiles = static_cast<uint32_t>(std::min<int64_t>(k_tiles, 0x7FFFFFFF));
+  p.w_tiles = static_cast<uint32_t>(std::min<int64_t>(w_tiles, 0x7FFFFFFF));
+  p.wide = width % 16 == 0 && Aligned(buffers.col, 16) &&
+           (!row_in_tile || Aligned(buffers.row, 16));
+  if (row_in_tile) return LaunchTile<In, kFormat, true, true>(p, stream);
+  Mxfp8LaunchStatus status = LaunchTile<In, kFormat, false, true>(p, stream);
+  if (status.ok && problem.rowwise) {
+    status = LaunchRowScalar<In, kFormat>(problem, buffers, stream);
+  }
+  return status;
+}
+
+template <typename In>
+Mxfp8LaunchStatus DispatchFormat(const Mxfp8QuantizeProblem& problem,
+                                 const Mxfp8QuantizeBuffers& buffers,
+                                 cudaStream_t stream) {
+  if (problem.format == Fp8Format::kE4M3Fn) {
+    return Run<In, Fp8Format::kE4M3Fn>(problem, buffers, stream);
+  }
+  return Run<In, Fp8Format::kE5M2>(problem, buffers, stream);
+}
+
+}  // namespace
+
+Mxfp8LaunchStatus Mxfp8Quantize(const Mxfp8QuantizeProblem& problem,
+                                const Mxfp8QuantizeBuffers& buffers,
+                                CUstream_st* stream) {
+  const int64_t elements =
+      problem.outer * problem.blocked * problem.inner * problem.last;
+  if (elements == 0) return Mxfp8LaunchStatus{};  // every output is empty
+  switch (problem.input_type) {
+    case InputType::kF32:
+      return DispatchFormat<F32In>(problem, buffers, stream);
+    case InputType::kF16:
+      return DispatchFormat<F16In>(problem, buffers, stream);
+    case InputType::kBF16:
+      return DispatchFormat<Bf16In>(problem, buffers, stream);
+  }
+  return Mxfp8LaunchStatus{false, 0, "unknown input type"};
+}
+
+}  // namespace eqx_quant::cuda

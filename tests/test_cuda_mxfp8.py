@@ -1,0 +1,307 @@
+"""The MXFP8 CUDA kernel (`eqx_quant_mxfp8_quantize_cuda`) against the CPU kernel, byte for byte.
+
+Runs only where a CUDA device and eqx_quant's CUDA MXFP8 kernel are present (otherwise skipped
+with a reason that mentions CUDA, which `EQX_QUANT_REQUIRE_CUDA=1` turns into a failure).
+
+Every case quantizes x with `eqx_quant.quantize(x, BlockScaleQuantizer(q_dtype, layout), fa,
+impl="ffi")` on the GPU and compares the bytes of every output (rowwise / colwise data and E8M0
+scale_inv, and the amax placeholder) with the same call on the CPU device, i.e. the CPU kernel,
+which is bit-exact with the pure-JAX reference (tests/test_mxfp8_kernel.py). If the CPU library
+predates the MXFP8 kernel, the expected bytes come from `impl="reference"` on the CPU instead;
+without a CPU backend (`JAX_PLATFORMS=cuda`), from `impl="reference"` on the GPU. The expected
+bytes of a case are computed once, for ROWWISE_COLWISE, and serve the GPU calls of the three
+layouts (a part's bytes do not depend on the layout).
+
+The shapes reach every kernel path: the tile kernel with rowwise and colwise, rowwise only (flat,
+with a partial last pseudo-row), colwise only with 16-byte staged stores and with 8/4-byte
+stores (rows not a multiple of 16 bytes), and the scalar kernels (L % 32 != 0, rows not a
+multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1 and empty tensors.
+"""
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import eqx_quant as eqq
+from eqx_quant._ops import _ffi
+
+
+def _cuda_device():
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError:
+        return None
+    return devices[0] if devices else None
+
+
+CUDA = _cuda_device()
+HAS_KERNEL = "mxfp8_quantize" in _ffi.native_ops("cuda")
+pytestmark = pytest.mark.skipif(
+    CUDA is None or not HAS_KERNEL,
+    reason="needs a CUDA device and eqx_quant's CUDA MXFP8 kernel "
+    f"(device: {CUDA}, CUDA library: {eqq.library_paths().get('cuda')})",
+)
+
+LAYOUTS = (
+    eqq.QuantizeLayout.ROWWISE,
+    eqq.QuantizeLayout.COLWISE,
+    eqq.QuantizeLayout.ROWWISE_COLWISE,
+)
+Q_DTYPES = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
+X_DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}
+
+
+def _expected_setup():
+    """(device, impl) that computes the expected bytes."""
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:
+        return CUDA, "reference"
+    return cpu, "ffi" if "mxfp8_quantize" in _ffi.native_ops("cpu") else "reference"
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(q_name, layout, flatten_axis, impl, vmapped):
+    quantizer = eqq.BlockScaleQuantizer(Q_DTYPES[q_name], layout)
+
+    def one(x):
+        return eqq.quantize(x, quantizer, flatten_axis, impl=impl)
+
+    return jax.jit(jax.vmap(one) if vmapped else one)
+
+
+def _arrays(tensor):
+    """{name: uint8 numpy array} of every output of a quantize call."""
+    out = {}
+    for name in ("rowwise", "colwise"):
+        part = getattr(tensor, name)
+        if part is None:
+            continue
+        out[name] = np.asarray(part.data)
+        out[name + ".scale_inv"] = np.asarray(part.scale_inv)
+        out[name + ".amax"] = np.asarray(part.amax)
+    return out
+
+
+def _assert_same_bytes(got, want, what):
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    g = np.ascontiguousarray(got).reshape(-1).view(np.uint8)
+    w = np.ascontiguousarray(want).reshape(-1).view(np.uint8)
+    bad = np.flatnonzero(g != w)
+    if bad.size:
+        item = bad[0] // max(got.dtype.itemsize, 1)
+        index = np.unravel_index(item, got.shape) if got.ndim else ()
+        raise AssertionError(
+            f"{what}: {bad.size} of {g.size} bytes differ; first at element {index}: "
+            f"got {g[bad[0]]:#04x}, want {w[bad[0]]:#04x}"
+        )
+
+
+def _check(x_np, q_name, flatten_axis=-1, vmapped=False, layouts=LAYOUTS):
+    """GPU impl="ffi" == the expected bytes, for each layout."""
+    per_example_rank = x_np.ndim - (1 if vmapped else 0)
+    if per_example_rank < 2:  # no colwise blocks without an axis before the last
+        layouts = tuple(lay for lay in layouts if not lay.has_colwise)
+    full = (
+        eqq.QuantizeLayout.ROWWISE_COLWISE
+        if per_example_rank >= 2
+        else eqq.QuantizeLayout.ROWWISE
+    )
+    device, impl = _expected_setup()
+    with jax.default_device(device):
+        x_ref = jax.device_put(x_np, device)
+        want = _arrays(_jitted(q_name, full, flatten_axis, impl, vmapped)(x_ref))
+    x_gpu = jax.device_put(x_np, CUDA)
+    for layout in layouts:
+        with jax.default_device(CUDA):
+            got = _arrays(_jitted(q_name, layout, flatten_axis, "ffi", vmapped)(x_gpu))
+        what = (
+            f"x {x_np.dtype}{list(x_np.shape)} fa={flatten_axis} {q_name} {layout.name} "
+            f"vmap={vmapped} (expected: {impl} on {device.platform})"
+        )
+        keys = {
+            k
+            for k in want
+            if (layout.has_rowwise or not k.startswith("rowwise"))
+            and (layout.has_colwise or not k.startswith("colwise"))
+        }
+        assert set(got) == keys, f"{what}: outputs {sorted(got)}"
+        for key in got:
+            _assert_same_bytes(got[key], want[key], f"{what}: {key}")
+
+
+def _random(shape, dtype, seed=0, scale=3.0):
+    """Normal values with a per-row spread of magnitudes (different block scales)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
+    if x.size:
+        x *= np.exp2(rng.integers(-12, 12, size=shape[:-1] + (1,))).astype(np.float32)
+    return np.array(jnp.asarray(x, dtype))  # a writable copy
+
+
+# (shape, flatten_axis, x dtype, q dtype). bf16 kVec = 8, f32 kVec = 4 (elements per 16 bytes).
+SHAPES = [
+    ((32, 64), -1, "bf16", "e4m3"),
+    ((32, 64), -1, "f32", "e5m2"),
+    ((2, 64, 32), -1, "f16", "e4m3"),
+    ((64, 2, 32), -2, "bf16", "e5m2"),  # K=64, C=2, L=32
+    ((32, 256, 128), -1, "bf16", "e4m3"),  # A=32, K=256
+    ((32, 256, 128), -2, "f32", "e4m3"),  # K=32, C=256, L=128
+    ((7, 13), -1, "bf16", "e4m3"),  # scalar kernels
+    ((1, 7), -1, "f16", "e5m2"),
+    ((33, 65), -1, "f32", "e4m3"),
+    ((33, 65), -1, "bf16", "e5m2"),
+    ((3, 5, 40), -2, "bf16", "e4m3"),  # K=3, W=200: 8-byte stores; rowwise scalar
+    ((3, 5, 40), -2, "f32", "e5m2"),  # 4-byte stores
+    ((64, 24), -1, "f16", "e4m3"),  # W=24: not 16-byte rows
+    ((40, 48), -1, "bf16", "e4m3"),  # staged colwise, rowwise scalar
+    ((37, 1001), -1, "bf16", "e4m3"),
+    ((37, 1001), -1, "f32", "e5m2"),
+    ((0, 5), -1, "bf16", "e4m3"),
+    ((5, 0), -1, "f32", "e4m3"),
+    ((2, 0, 64), -2, "f16", "e4m3"),
+    ((4096, 4096), -1, "bf16", "e4m3"),
+    ((8192, 1024), -1, "bf16", "e5m2"),
+    ((2, 96, 64), -1, "f16", "e5m2"),
+    ((2, 96, 64), -1, "f32", "e4m3"),
+    ((4, 100, 64), -2, "bf16", "e4m3"),  # K=4, C=100
+    ((2, 40, 3, 64), -2, "bf16", "e5m2"),  # A=2, K=40 (partial block), C=3
+    ((2, 40, 3, 64), -2, "f32", "e4m3"),
+    ((5, 96), -1, "bf16", "e4m3"),  # flat rowwise: a partial last pseudo-row
+    ((3, 96), -1, "f32", "e4m3"),
+    ((96,), -1, "bf16", "e5m2"),  # rank 1: rowwise only
+    ((100,), -1, "f32", "e4m3"),
+]
+
+
+@pytest.mark.parametrize(
+    "shape,flatten_axis,x_name,q_name", SHAPES, ids=[f"{s}-{fa}-{x}-{q}" for s, fa, x, q in SHAPES]
+)
+def test_shapes(shape, flatten_axis, x_name, q_name):
+    x = _random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
+    _check(x, q_name, flatten_axis)
+
+
+@pytest.mark.parametrize("x_name", sorted(X_DTYPES))
+@pytest.mark.parametrize("q_name", sorted(Q_DTYPES))
+def test_dtypes(x_name, q_name):
+    """Every input x FP8 type on a tile-kernel shape (rowwise in the tile) and a scalar one."""
+    _check(_random((64, 3, 96), X_DTYPES[x_name], seed=5), q_name, flatten_axis=-2)
+    _check(_random((45, 70), X_DTYPES[x_name], seed=6), q_name)
+
+
+@pytest.mark.parametrize("q_name", sorted(Q_DTYPES))
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+def test_all_16bit_patterns(kind, q_name):
+    """All 65536 bit patterns (NaNs, infinities, subnormals, both zeros), in order (blocks of
+    neighbouring patterns) and shuffled (NaNs and infinities inside ordinary blocks)."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    dtype = ml_dtypes.bfloat16 if kind == "bf16" else np.float16
+    _check(bits.reshape(512, 128).view(dtype), q_name)
+    shuffled = np.random.default_rng(11).permutation(bits)
+    _check(shuffled.reshape(512, 128).view(dtype), q_name)
+
+
+def _special_values():
+    """(64, 96) f32: whole blocks (rowwise and colwise) of special cases."""
+    rng = np.random.default_rng(7)
+    sub = np.array([1, 2, 3, 0x7FFFFF, 0x400000, 0x123456], np.uint32).view(np.float32)
+    specials = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 448.0, -448.0, 464.0, 480.0, 57344.0, 61440.0,
+         -61441.0, 2.0**-9, 2.0**-10, 3 * 2.0**-11, 1.0625, 1.1875, 240.0, 232.0, 3.4e38,
+         -3.4e38, 65504.0, 2.0**-118, 1.5 * 2.0**-118, 2.0**-117, 2.0**-126, 2.0**-127],
+        np.float32,
+    )
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    x[0:8] = rng.choice(np.concatenate([specials, sub]), size=(8, 96))
+    x[8, :32] = np.nan  # a block of NaNs only: amax 0
+    x[9, :32] = 0.0
+    x[9, 32:64] = -0.0
+    x[10, :32] = rng.choice(sub, 32) * rng.choice([-1.0, 1.0], 32).astype(np.float32)
+    x[11, :32] = np.inf  # E = 0xFE, factor 2^-127 (an f32 subnormal)
+    x[11, 1] = 3.0e38
+    x[11, 2] = -1.5
+    x[12, :32] = 1.5 * 2.0**-118  # v subnormal in (2^-127, 2^-126): E = 1
+    x[13, :32] = 448.0 * 2.0**-127
+    x[14, :] = 3.4e38
+    x[15, :] = -np.inf
+    x[16:48, 40] = np.nan  # colwise: one column of NaNs, one with subnormals only
+    x[16:48, 41] = rng.choice(sub, 32)
+    x[16:48, 42] = np.inf
+    x[16:48, 43] = 1.5 * 2.0**-118
+    x[48:64, :] *= np.float32(2.0**-120)
+    bits = x.view(np.uint32)
+    bits[20, 50:58] = [0x7F800001, 0xFF800001, 0x7FC00001, 0xFFFFFFFF, 1, 0x80000001, 0, 0x80000000]
+    return x
+
+
+@pytest.mark.parametrize("x_name", sorted(X_DTYPES))
+def test_special_values(x_name):
+    with np.errstate(over="ignore", invalid="ignore"):  # f16 / bf16 overflow to inf
+        x = _special_values().astype(np.dtype(X_DTYPES[x_name]))
+    for q_name in Q_DTYPES:
+        _check(x, q_name)
+        _check(x.reshape(64, 3, 32), q_name, flatten_axis=-2)  # C = 3
+
+
+def test_vmap():
+    """A leading vmapped batch: each example is blocked alone (batch folded into A)."""
+    x = _random((3, 64, 96), jnp.bfloat16, seed=3)
+    x[1] *= 100
+    _check(x, "e4m3", vmapped=True)
+    x32 = _random((2, 40, 3, 32), jnp.float32, seed=4)
+    _check(x32, "e5m2", flatten_axis=-2, vmapped=True)
+    _check(_random((3, 33, 20), jnp.float16, seed=8), "e4m3", vmapped=True)
+
+
+_GRAPH_CODE = textwrap.dedent(
+    """
+    import hashlib
+    import jax, jax.numpy as jnp, numpy as np
+    import eqx_quant as eqq
+
+    def run():
+        x = jnp.asarray(np.random.default_rng(1).standard_normal((512, 384)) * 3, jnp.bfloat16)
+        out = []
+        for layout in (eqq.QuantizeLayout.ROWWISE, eqq.QuantizeLayout.ROWWISE_COLWISE):
+            q = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
+            f = jax.jit(lambda x: eqq.quantize(jnp.sin(x) * 2, q, impl="ffi"))
+            g = jax.jit(lambda x: eqq.quantize(x[:, :-7] + 1, q, impl="ffi"))
+            for _ in range(3):  # the first run records the graph, later ones replay it
+                out.append(f(x))
+                out.append(g(x))
+        h = hashlib.sha256()
+        for leaf in jax.tree.leaves(out):
+            h.update(np.asarray(leaf).tobytes())
+        return h.hexdigest()
+    """
+)
+
+
+def test_cuda_graphs_give_the_same_bytes():
+    """Under XLA command buffers with every op captured (--xla_gpu_graph_min_graph_size=1;
+    the handler is kCmdBufferCompatible) the bytes equal those of this process."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_graph_min_graph_size=1").strip()
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    proc = subprocess.run(
+        [sys.executable, "-c", _GRAPH_CODE + "\nprint('DIGEST', run())\n"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("DIGEST")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    namespace = {}
+    exec(_GRAPH_CODE, namespace)
+    with jax.default_device(CUDA):
+        plain = namespace["run"]()
+    assert lines[-1].split()[1] == plain
