@@ -131,7 +131,9 @@ class _Config:
     x_dtype: str
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _forward(config: _Config, x: Array, quantizer_arrays, key_words):
+    """Jitted so that an eager call compiles once, not op by op."""
     quantizer = eqx.combine(quantizer_arrays, config.quantizer_static)
     if isinstance(quantizer, AbstractTensorScaleQuantizer):
         return _tensor_scaling_forward(config, x, quantizer)

@@ -131,8 +131,10 @@ class _Meta(NamedTuple):
     is_colwise: bool
 
 
+@functools.partial(jax.jit, static_argnums=3)
 def _dequantize_stored(data, scale_inv, amax, meta: _Meta):
-    """Dequantize in the stored layout (leading vmapped dims allowed)."""
+    """Dequantize in the stored layout (leading vmapped dims allowed). Jitted: the bit-level
+    arithmetic is many small ops, which eager dispatch would compile one by one."""
     ndim, lead = meta.ndim, data.ndim - meta.ndim
     mode = meta.scaling_mode
     if mode.is_tensor_scaling:

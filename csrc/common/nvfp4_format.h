@@ -28,17 +28,6 @@ inline constexpr float kGlobalEncodeNumerator = 2688.0f;  // 448 * 6, exact
 // E2M1 has no NaN: a NaN element becomes +6 (code 0x7), as cuda_fp4.hpp does.
 inline constexpr uint8_t kE2M1NanCode = 0x7;
 
-// Magnitude bits of an f32 with NaN mapped to 0. For non-negative floats the
-// integer order of the bit patterns is the numeric order, so the max of these
-// keys is the bit pattern of the NaN-ignoring max |x| (0 if none), exact for
-// subnormals whatever the FPU's denormal mode.
-EQXQ_HOST_DEVICE inline uint32_t AmaxKey(float value) {
-  const uint32_t magnitude = FloatToBits(value) & kF32MagnitudeMask;
-  const uint32_t not_nan_mask =
-      0u - static_cast<uint32_t>(magnitude <= kF32InfBits);
-  return magnitude & not_nan_mask;
-}
-
 // Saturating round-to-nearest-even f32 -> E2M1 code (0..15, sign at bit 3).
 // The E2M1 magnitudes are 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0..7); the code
 // is the number of rounding boundaries below |y|, where a tie goes to the

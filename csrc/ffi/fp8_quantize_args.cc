@@ -7,6 +7,7 @@
 
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
+#include "ffi/operand_text.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -15,54 +16,6 @@ namespace {
 namespace ffi = xla::ffi;
 
 constexpr char kOpPrefix[] = "eqx_quant_fp8_quantize: ";
-
-std::string DataTypeName(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::F32:
-      return "f32";
-    case ffi::DataType::F16:
-      return "f16";
-    case ffi::DataType::BF16:
-      return "bf16";
-    case ffi::DataType::F64:
-      return "f64";
-    case ffi::DataType::F8E4M3FN:
-      return "f8e4m3fn";
-    case ffi::DataType::F8E5M2:
-      return "f8e5m2";
-    case ffi::DataType::PRED:
-      return "bool";
-    case ffi::DataType::S8:
-      return "s8";
-    case ffi::DataType::S16:
-      return "s16";
-    case ffi::DataType::S32:
-      return "s32";
-    case ffi::DataType::S64:
-      return "s64";
-    case ffi::DataType::U8:
-      return "u8";
-    case ffi::DataType::U16:
-      return "u16";
-    case ffi::DataType::U32:
-      return "u32";
-    case ffi::DataType::U64:
-      return "u64";
-    default:
-      return "dtype#" + std::to_string(static_cast<int>(type));
-  }
-}
-
-std::string ShapeString(ffi::Span<const int64_t> dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) text += ",";
-    text += std::to_string(dims[i]);
-  }
-  return text + "]";
-}
-
-std::string BoolString(bool value) { return value ? "true" : "false"; }
 
 ffi::Error InvalidArgument(const std::string& message) {
   return ffi::Error::InvalidArgument(kOpPrefix + message);

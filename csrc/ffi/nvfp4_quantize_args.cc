@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/nvfp4_problem.h"
+#include "ffi/operand_text.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -17,38 +18,6 @@ namespace ffi = xla::ffi;
 using Dims = ffi::Span<const int64_t>;
 
 constexpr int64_t kBlock = 16;
-
-std::string TypeName(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::PRED: return "bool";
-    case ffi::DataType::S8: return "s8";
-    case ffi::DataType::S16: return "s16";
-    case ffi::DataType::S32: return "s32";
-    case ffi::DataType::S64: return "s64";
-    case ffi::DataType::U8: return "u8";
-    case ffi::DataType::U16: return "u16";
-    case ffi::DataType::U32: return "u32";
-    case ffi::DataType::U64: return "u64";
-    case ffi::DataType::F16: return "f16";
-    case ffi::DataType::BF16: return "bf16";
-    case ffi::DataType::F32: return "f32";
-    case ffi::DataType::F64: return "f64";
-    case ffi::DataType::F8E4M3FN: return "f8e4m3fn";
-    case ffi::DataType::F8E5M2: return "f8e5m2";
-    default: return "dtype#" + std::to_string(static_cast<int>(type));
-  }
-}
-
-std::string ShapeString(Dims dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) text += ",";
-    text += std::to_string(dims[i]);
-  }
-  return text + "]";
-}
-
-std::string Bool(bool value) { return value ? "true" : "false"; }
 
 std::vector<int64_t> Concat(std::initializer_list<Dims> parts) {
   std::vector<int64_t> out;
@@ -80,8 +49,8 @@ class Checker {
                                     const std::string& what) const {
     if (buffer.element_type() != type) {
       return Fail(std::string(name) + " has element type " +
-                  TypeName(buffer.element_type()) + " but expected " +
-                  TypeName(type));
+                  DataTypeName(buffer.element_type()) + " but expected " +
+                  DataTypeName(type));
     }
     if (!(buffer.dimensions() == Dims(expected))) {
       return Fail(std::string(name) + " has shape " +
@@ -106,7 +75,7 @@ ffi::ErrorOr<Nvfp4View> CheckView(const Checker& check, const ffi::AnyBuffer& x,
     case ffi::DataType::F16: view.input_type = InputType::kF16; break;
     case ffi::DataType::BF16: view.input_type = InputType::kBF16; break;
     default:
-      return check.Fail("x has element type " + TypeName(x.element_type()) +
+      return check.Fail("x has element type " + DataTypeName(x.element_type()) +
                         " but expected f32, f16 or bf16");
   }
   const Dims dims = x.dimensions();
@@ -164,7 +133,7 @@ ffi::ErrorOr<Nvfp4AmaxProblem> CheckNvfp4AmaxOperands(
     const ffi::AnyBuffer& x, const ffi::AnyBuffer& amax,
     const ffi::AnyBuffer& rht_amax, const Nvfp4AmaxAttrs& attrs) {
   const Checker check("eqx_quant_nvfp4_amax");
-  const std::string rht_note = "with_rht=" + Bool(attrs.with_rht);
+  const std::string rht_note = "with_rht=" + BoolString(attrs.with_rht);
   ffi::ErrorOr<Nvfp4View> view =
       CheckView(check, x, attrs.n_batch, attrs.block_axis,
                 attrs.with_rht ? &rht_note : nullptr);
@@ -264,8 +233,8 @@ ffi::ErrorOr<Nvfp4QuantizeProblem> CheckNvfp4QuantizeOperands(
     return *error;
   }
 
-  const std::string rowwise_note = "rowwise=" + Bool(attrs.rowwise);
-  const std::string colwise_note = "colwise=" + Bool(attrs.colwise);
+  const std::string rowwise_note = "rowwise=" + BoolString(attrs.rowwise);
+  const std::string colwise_note = "colwise=" + BoolString(attrs.colwise);
   const std::vector<int64_t> l_blocks = {(view->l + kBlock - 1) / kBlock};
   const bool rw = attrs.rowwise;
   if (auto error = check.Operand(

@@ -8,6 +8,7 @@
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "common/tree_sum.h"
+#include "kernels/cpu_input.h"
 
 namespace eqx_quant::cpu {
 namespace {
@@ -23,32 +24,6 @@ constexpr int64_t kPanelCols = 2048;
 // that reading a staged column does not hit a single L1 set.
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kStagingPad = 64;
-
-// Magnitude bits of an f32 with NaN mapped to 0. For non-negative floats the
-// integer order of the bit patterns is the numeric order, so the max of these
-// is the bit pattern of the NaN-ignoring max |x| (fmaxf semantics), and it is
-// immune to denormals-are-zero.
-// (Written with a mask, not a select: GCC 12 vectorises the max reduction
-// only in this form.)
-inline uint32_t AmaxKey(float value) {
-  const uint32_t magnitude = FloatToBits(value) & 0x7FFFFFFFu;
-  const uint32_t not_nan_mask =
-      0u - static_cast<uint32_t>(magnitude <= 0x7F800000u);
-  return magnitude & not_nan_mask;
-}
-
-struct F32Input {
-  using Storage = float;
-  static float ToFloat(float value) { return value; }
-};
-struct F16Input {
-  using Storage = uint16_t;
-  static float ToFloat(uint16_t bits) { return F16BitsToFloat(bits); }
-};
-struct Bf16Input {
-  using Storage = uint16_t;
-  static float ToFloat(uint16_t bits) { return Bf16BitsToFloat(bits); }
-};
 
 // The element loop: converts `count` inputs, casts float(x) * scale to FP8
 // into `bytes`, optionally stores float(x) in `values`, and returns the

@@ -7,6 +7,7 @@
 #include "common/e8m0.h"
 #include "common/fp8_format.h"
 #include "common/mxfp8_problem.h"
+#include "kernels/cpu_input.h"
 
 namespace eqx_quant::cpu {
 namespace {
@@ -20,29 +21,6 @@ constexpr int64_t kBlock = kMxfp8BlockSize;
 // A multiple of kBlock, so that rowwise blocks never straddle two tiles.
 constexpr int64_t kTileCols = 512;
 static_assert(kTileCols % kBlock == 0);
-
-// Magnitude bits of an f32 with NaN mapped to 0. For non-negative floats the
-// integer order of the bit patterns is the numeric order, so the max of these
-// is the bit pattern of the NaN-ignoring max |x|, subnormals included.
-inline __attribute__((always_inline)) uint32_t AmaxKey(float value) {
-  const uint32_t magnitude = FloatToBits(value) & 0x7FFFFFFFu;
-  const uint32_t not_nan_mask =
-      0u - static_cast<uint32_t>(magnitude <= 0x7F800000u);
-  return magnitude & not_nan_mask;
-}
-
-struct F32Input {
-  using Storage = float;
-  static float ToFloat(float value) { return value; }
-};
-struct F16Input {
-  using Storage = uint16_t;
-  static float ToFloat(uint16_t bits) { return F16BitsToFloat(bits); }
-};
-struct Bf16Input {
-  using Storage = uint16_t;
-  static float ToFloat(uint16_t bits) { return Bf16BitsToFloat(bits); }
-};
 
 // One block of `count` (<= kBlock) elements: returns its scale byte and
 // writes its FP8 bytes.

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "common/fp8_format.h"
+#include "kernels/cpu_input.h"
 #include "common/nvfp4_format.h"
 #include "common/rht.h"
 #include "common/threefry.h"
@@ -29,22 +30,13 @@
 
 namespace eqx_quant::cpu::nvfp4_loops {
 
+using cpu::Bf16Input;
+using cpu::F16Input;
+using cpu::F32Input;
+
 #define EQXQ_NVFP4_ALWAYS_INLINE inline __attribute__((always_inline))
 
 constexpr int kB = kNvfp4Block;
-
-struct F32Input {
-  using Storage = float;
-  static float ToFloat(float value) { return value; }
-};
-struct F16Input {
-  using Storage = uint16_t;
-  static float ToFloat(uint16_t bits) { return F16BitsToFloat(bits); }
-};
-struct Bf16Input {
-  using Storage = uint16_t;
-  static float ToFloat(uint16_t bits) { return Bf16BitsToFloat(bits); }
-};
 
 // The counter words of a run of elements: element j has the 64-bit index
 // (base_hi:base_lo) + (pos_hi[j]:pos_lo[j]) and the counter
