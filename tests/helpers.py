@@ -79,3 +79,12 @@ def fast_impl() -> str:
 
     have = _ffi.native_ops("cpu")
     return "ffi" if all(op in have for op in BLOCK_KERNEL_OPS) else "reference"
+
+
+def cuda_device():
+    """The first CUDA device, or None (no GPU, or JAX without CUDA support)."""
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError:
+        return None
+    return devices[0] if devices else None

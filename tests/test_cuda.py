@@ -23,18 +23,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from helpers import cuda_device
+
 import eqx_quant as eqq
 
 
-def _cuda_device():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError:
-        return None
-    return devices[0] if devices else None
-
-
-CUDA = _cuda_device()
+CUDA = cuda_device()
 HAS_KERNELS = "cuda" in eqq.native_platforms()
 pytestmark = pytest.mark.skipif(
     CUDA is None or not HAS_KERNELS,

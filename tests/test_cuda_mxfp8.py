@@ -30,19 +30,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from helpers import cuda_device
+
 import eqx_quant as eqq
 from eqx_quant._ops import _ffi
 
 
-def _cuda_device():
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError:
-        return None
-    return devices[0] if devices else None
-
-
-CUDA = _cuda_device()
+CUDA = cuda_device()
 HAS_KERNEL = "mxfp8_quantize" in _ffi.native_ops("cuda")
 pytestmark = pytest.mark.skipif(
     CUDA is None or not HAS_KERNEL,
