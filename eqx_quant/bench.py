@@ -17,17 +17,45 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `dbias_current_rowcol`: the same plus the transposed copy;
 - `mxfp8_row`: MXFP8 (e4m3, 1x32 blocks, E8M0 scales), rowwise;
 - `mxfp8_rowcol`: the same plus the colwise (32x1 blocks, not transposed) copy, in one op.
+- `nvfp4_row`: NVFP4 1D rowwise (global amax pass + E4M3 block scales + E2M1 cast);
+- `nvfp4_rht_rowcol`: NVFP4 rowwise plus the RHT'd, transposed colwise copy (two amaxes);
+- `nvfp4_sr_row`: NVFP4 1D rowwise with stochastic rounding (counter-based Threefry bits).
 
-Timing (no CUDA events are reachable from Python here): one jitted function applies the op
-to K distinct input buffers (K >= 3 and K x input >= 192 MB, so the 60 MiB L2 of an H200
-cannot serve the inputs), and is dispatched back to back many times; the time per op is the
-wall clock of a batch / (dispatches x K), after a `block_until_ready`, and the reported
-figure is the median over `--reps` batches. Per-dispatch host cost is divided by K and
-hidden behind device work where the op takes longer than its dispatch; at 1024^2 the
-numbers can still be host bound (JAX dispatch is tens of microseconds).
+Timing, on a GPU (CUDA events, device time): `_kernels_cuda.so` also holds tiny FFI targets
+(csrc/ffi/bench_events_cuda.cu): `eqx_quant_bench_event_cuda` records a CUDA event of a fixed
+pool on XLA's stream, and ctypes entry points read the elapsed time between two events; this
+module registers them itself. One jitted function times R ops (R <= 32, fewer when R outputs
+would pass 4 GiB), unrolled: op r of call c consumes input buffer (c x R + r) % K, K >= 3
+distinct buffers passed in as jit arguments whose total exceeds 192 MB, so the 60 MiB L2 of
+an H200 cannot serve the inputs (and no slicing happens inside the function). Op r lies
+between events 2r and 2r+1, ordered by data dependence alone. A one-element token runs
+through every event (each event passes it through, aliased: no copy). The op's inputs go
+through `lax.optimization_barrier` together with the token, so the op starts after event 2r.
+Event 2r+1 takes the token and every output of the op as operands (never read), so it follows
+all of the op's kernels, and the outputs are made in the default layout a caller gets (a
+layout change such as the physical transpose of `y.T` cannot slip out of the bracket); event
+2r+2 takes the token of event 2r+1. The last event takes the outputs of all R ops: none is
+dead, each keeps its own buffer, and as only the token is returned XLA adds no output copy
+that could land in a bracket. So a bracket holds exactly one op's kernels. A spin kernel
+(`eqx_quant_bench_delay_cuda`, R x 100 us, at most 20 ms) before the first event keeps the
+GPU busy while the host enqueues the R ops, so the GPU does not wait for the host inside a
+bracket. After `block_until_ready` the R times are read; the first call (compile, warm-up)
+is dropped, `--reps` calls follow, and the figure is the median of all their brackets. The
+largest gap between an op's end event and the next op's start event is reported too (~0
+when the GPU never idled between ops); events out of order or not recorded are an error.
+
+Fallback (CPU, or no `_kernels_cuda.so` / an old one without the event target): host wall
+clock. One jitted function applies the op to the K distinct buffers and is dispatched back to
+back many times; the time per op is the wall clock of a batch / (dispatches x K), after a
+`block_until_ready`, and the figure is the median over `--reps` batches. Per-dispatch host
+cost is divided by K and hidden behind device work where the op takes longer than its
+dispatch; small shapes can still be host bound (JAX dispatch is tens of microseconds). The
+header and the "timing" field of --json say which method was used ("cuda_events" or
+"wall_clock", and why in "timing_detail").
 
 Copy bandwidth: a jitted reversal `a[::-1]` of a 1 GiB (GPU; 64 MiB on CPU) uint32 array,
-which XLA cannot elide or alias: it reads and writes every byte once, coalesced.
+which XLA cannot elide or alias: it reads and writes every byte once, coalesced; timed the same
+way as the ops.
 GB/s counts each input read once and each output written once (x, the FP8 data, the
 transposed copy, the bf16 dbias, the MXFP8 scale bytes; a few scalars ignored); % is of the
 copy bandwidth. The hand-written MXFP8 version is plain jnp (block amax by reshape + max,
@@ -36,7 +64,11 @@ NaN / subnormal rules of the op, which only makes it cheaper.
 """
 
 import argparse
+import ctypes
+import functools
+import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -55,6 +87,9 @@ OPS = (
     "dbias_current_rowcol",
     "mxfp8_row",
     "mxfp8_rowcol",
+    "nvfp4_row",
+    "nvfp4_rht_rowcol",
+    "nvfp4_sr_row",
 )
 DEFAULT_SIZES = ("1024", "4096", "8192", "16384x4096")
 FP8_MAX = 448.0
@@ -82,6 +117,12 @@ def _ours(op: str) -> Callable:
     if op.startswith("mxfp8"):
         block_quantizer = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
         return lambda x, scale: eqq.quantize(x, block_quantizer, impl="ffi")
+    if op.startswith("nvfp4"):
+        nv = eqq.NVFP4Quantizer(
+            q_layout=layout, use_rht="rht" in op, stochastic_rounding="_sr_" in op
+        )
+        key = jax.random.key(0) if nv.stochastic_rounding else None
+        return lambda x, scale: eqq.quantize(x, nv, key=key, impl="ffi")
     if op.startswith("delayed"):
 
         def fn(x, scale):
@@ -117,8 +158,40 @@ def _mxfp8_blocks(x, axis: int):
     return q.reshape(m, n), jnp.squeeze(e, axis + 1).astype(jnp.uint8)
 
 
+def _nvfp4_rows(x):
+    """(E2M1 data, E4M3 scales) of a 2-D `x`, 1x16 blocks, TE's formulas in plain jnp."""
+    m, n = x.shape
+    xb = x.astype(jnp.float32).reshape(m, n // 16, 16)
+    s_enc = 2688.0 / jnp.max(jnp.abs(xb))
+    sdb = (jnp.max(jnp.abs(xb), axis=-1, keepdims=True) * (s_enc / 6.0)).astype(jnp.float8_e4m3fn)
+    enc = 1.0 / (sdb.astype(jnp.float32) / s_enc)
+    q = jnp.clip(xb * enc, -6.0, 6.0).astype(jnp.float4_e2m1fn)
+    return q.reshape(m, n), jnp.squeeze(sdb, -1)
+
+
+def _rht16(x):
+    """The 16-point Hadamard transform along the last axis (bf16 result), as a matmul."""
+    h = jnp.array([[(-1.0) ** bin(i & j).count("1") for j in range(16)] for i in range(16)])
+    m, n = x.shape
+    y = x.reshape(m, n // 16, 16).astype(jnp.float32) @ (h / 4.0)
+    return y.reshape(m, n).astype(jnp.bfloat16)
+
+
 def _xla(op: str) -> Callable:
     transposed = op.endswith("rowcol")
+    if op.startswith("nvfp4"):
+
+        def nvfp4(x, scale):
+            del scale
+            if "_sr_" in op:  # SR by adding uniform noise of one grid step before rounding
+                noise = jax.random.uniform(jax.random.key(0), x.shape, jnp.float32, -0.25, 0.25)
+                x = (x.astype(jnp.float32) + noise * jnp.abs(x.astype(jnp.float32))).astype(x.dtype)
+            out = dict(zip(("row", "row_scale"), _nvfp4_rows(x)))
+            if transposed:
+                out.update(zip(("col", "col_scale"), _nvfp4_rows(_rht16(x.T))))
+            return out
+
+        return nvfp4
     if op.startswith("mxfp8"):
 
         def mxfp8(x, scale):
@@ -152,6 +225,11 @@ def _xla(op: str) -> Callable:
 
 def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
     total = m * n * itemsize + m * n  # x read, FP8 row written
+    if op.startswith("nvfp4"):  # the global amax pass reads x again; codes are one byte each
+        total += m * n * itemsize + m * n // 16
+        if op.endswith("rowcol"):
+            total += m * n * itemsize + m * n + m * n // 16  # RHT amax pass, colwise copy
+        return total
     if op.startswith("mxfp8"):
         total += m * n // 32  # E8M0 row scales
     if op.endswith("rowcol"):
@@ -163,14 +241,14 @@ def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
     return total
 
 
-# ---- timing ---------------------------------------------------------------------------------
+# ---- timing: host wall clock (the fallback) -------------------------------------------------
 
 
 def _batched(fn: Callable, count: int) -> Callable:
     """One jitted function applying `fn` to `count` distinct inputs (no CSE possible)."""
 
-    def run(xs, scale):
-        return [fn(x, scale) for x in xs]
+    def run(xs, *shared):
+        return [fn(x, *shared) for x in xs]
 
     return jax.jit(run)
 
@@ -193,15 +271,210 @@ def _time_per_call(run: Callable, args: tuple, calls_per_dispatch: int, reps: in
     return statistics.median(samples)
 
 
-def copy_bandwidth(reps: int) -> tuple[float, int]:
-    """(bytes per second, bytes) of a jitted reversal of a large uint32 array."""
+# ---- timing: CUDA events (device time) ------------------------------------------------------
+
+EVENT_TARGET = "eqx_quant_bench_event_cuda"
+DELAY_TARGET = "eqx_quant_bench_delay_cuda"
+EVENT_SYMBOLS = (
+    "BenchEventCuda", "BenchDelayCuda", "EqxqBenchElapsedMs", "EqxqBenchReset", "EqxqBenchSlots"
+)
+EVENT_OPS_PER_CALL = 32  # ops bracketed by events in one jitted function (unrolled)
+EVENT_OUTPUT_BUDGET = 4 << 30  # bytes of op outputs one call may keep alive
+DELAY_NS_PER_OP = 100_000  # head start given to the GPU per op enqueued by the host
+MAX_DELAY_NS = 20_000_000
+# EqxqBenchElapsedMs codes besides the cudaError_t values (csrc/ffi/bench_events_cuda.cu).
+_ELAPSED_ERRORS = {
+    -1: "slot out of range",
+    -2: "event not recorded by this run (XLA dropped or never ran it)",
+    -3: "events recorded on different devices",
+}
+
+
+class CudaEvents:
+    """The CUDA-event pool of `_kernels_cuda.so`: FFI targets to record, ctypes to read."""
+
+    def __init__(self, library: ctypes.CDLL, path: str):
+        self.path = path
+        self._elapsed = library.EqxqBenchElapsedMs
+        self._elapsed.argtypes = (ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_float))
+        self._elapsed.restype = ctypes.c_int
+        self._reset = library.EqxqBenchReset
+        self._reset.argtypes = ()
+        self._reset.restype = ctypes.c_int
+        slots = library.EqxqBenchSlots
+        slots.argtypes = ()
+        slots.restype = ctypes.c_int64
+        self.slots = int(slots())
+
+    @staticmethod
+    def event(token, slot: int, after=()):
+        """`token`, after recording event `slot` on XLA's stream (the result aliases `token`).
+
+        The arrays `after` are operands the handler never touches: XLA must compute them,
+        in their default layout, before it records the event."""
+        call = jax.ffi.ffi_call(
+            EVENT_TARGET, jax.ShapeDtypeStruct(token.shape, token.dtype),
+            input_output_aliases={0: 0},
+        )
+        return call(token, *after, slot=slot)
+
+    @staticmethod
+    def delay(token, ns: int):
+        """`token`, after a GPU kernel that spins for `ns` nanoseconds."""
+        call = jax.ffi.ffi_call(
+            DELAY_TARGET, jax.ShapeDtypeStruct(token.shape, token.dtype),
+            input_output_aliases={0: 0},
+        )
+        return call(token, ns=ns)
+
+    def reset(self) -> None:
+        """Forget every recording (call only when no timed computation is in flight)."""
+        self._reset()
+
+    def elapsed_ms(self, a: int, b: int) -> float:
+        """Milliseconds from event `a` to event `b` (waits for `b`)."""
+        ms = ctypes.c_float()
+        code = self._elapsed(a, b, ctypes.byref(ms))
+        if code:
+            why = _ELAPSED_ERRORS.get(code, f"cudaError_t {code}")
+            raise RuntimeError(f"eqx_quant.bench: elapsed time of events {a} -> {b}: {why}")
+        return ms.value
+
+
+@functools.cache
+def cuda_events() -> tuple[CudaEvents | None, str]:
+    """(the CUDA-event timer, "") where it can run, else (None, why not)."""
+    backend = jax.default_backend()
+    if backend != "gpu":
+        return None, f"{backend} backend"
+    spec = importlib.util.find_spec("eqx_quant._kernels_cuda")
+    path = spec.origin if spec is not None and spec.origin else None
+    if path is None or not os.path.exists(path):
+        return None, "eqx_quant._kernels_cuda is not built"
+    try:
+        library = ctypes.CDLL(path)
+    except OSError as error:
+        return None, f"cannot load {path}: {error}"
+    missing = [name for name in EVENT_SYMBOLS if not hasattr(library, name)]
+    if missing:
+        return None, f"{path} lacks {', '.join(missing)} (built before the event timer)"
+    try:
+        for target, symbol in ((EVENT_TARGET, "BenchEventCuda"), (DELAY_TARGET, "BenchDelayCuda")):
+            jax.ffi.register_ffi_target(
+                target, jax.ffi.pycapsule(getattr(library, symbol)), platform="CUDA"
+            )
+        events = CudaEvents(library, path)
+        # Probe, through the same path as the measurements: two events around a 100 us spin
+        # must be recorded in stream order, around it.
+        probe = jax.jit(lambda t: events.event(events.delay(events.event(t, 0), 100_000), 1))
+        events.reset()
+        jax.block_until_ready(probe(jnp.zeros((1,), jnp.uint32)))
+        probe_ms = events.elapsed_ms(0, 1)
+        if not 0.09 <= probe_ms < 1000.0:
+            return None, f"CUDA-event probe: {probe_ms} ms around a 0.1 ms spin"
+    except Exception as error:  # noqa: BLE001 -- any failure means: use the wall clock
+        return None, f"CUDA-event probe failed: {type(error).__name__}: {error}"
+    return events, ""
+
+
+def _output_bytes(fn: Callable, x, shared: tuple) -> int:
+    out = jax.eval_shape(fn, x, *shared)
+    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(out))
+
+
+def _bracketed(fn: Callable, count: int, ops: int, event: Callable, delay: Callable | None,
+               delay_ns: int) -> Callable:
+    """jit of `run(xs, shared, token)`: op r = `fn(xs[r % count], *shared)`, r < `ops`,
+    between events 2r and 2r+1, all ordered through `token` by data dependence."""
+    barrier = jax.lax.optimization_barrier
+
+    def run(xs, shared, token):
+        if delay is not None and delay_ns > 0:
+            token = delay(token, delay_ns)
+        kept = []
+        for r in range(ops):
+            token = event(token, 2 * r)
+            # The op's inputs (whole jit arguments: nothing to slice) become available only
+            # after event 2r ...
+            x, shared_r, token = barrier((xs[r % count], shared, token))
+            leaves = jax.tree_util.tree_leaves(fn(x, *shared_r))
+            kept.extend(leaves)
+            # ... and event 2r+1 takes every output of the op as an operand: XLA finishes
+            # them, in the default layout a caller gets (a layout change, e.g. the physical
+            # transpose of `y.T`, cannot slip out of the bracket), before recording it. The
+            # last event takes the outputs of all ops: no op is dead, every output keeps its
+            # own buffer until the end (as outputs a caller keeps would), and as only the
+            # token is returned, XLA adds no output copy (of duplicate or constant leaves)
+            # that could land in a bracket.
+            token = event(token, 2 * r + 1, after=kept if r == ops - 1 else leaves)
+        return token
+
+    return jax.jit(run)
+
+
+def _time_events(events: CudaEvents, fn: Callable, xs: list, shared: tuple, reps: int) -> dict:
+    """Median device seconds of `fn` between CUDA events, over `reps` timed calls."""
+    per_op = max(1, _output_bytes(fn, xs[0], shared))
+    ops = max(2, min(EVENT_OPS_PER_CALL, EVENT_OUTPUT_BUDGET // per_op, events.slots // 2))
+    delay_ns = min(MAX_DELAY_NS, ops * DELAY_NS_PER_OP)
+    run = _bracketed(fn, len(xs), ops, events.event, events.delay, delay_ns)
+    token = jnp.zeros((1,), jnp.uint32)
+    samples, gaps = [], []
+    for call in range(reps + 1):  # call 0 compiles and warms up: not counted
+        # Op r of this call reads buffer (call x ops + r) % K: the rotation goes on across
+        # calls (the same jitted function, its arguments permuted).
+        start = call * ops % len(xs)
+        events.reset()
+        jax.block_until_ready(run(xs[start:] + xs[:start], shared, token))
+        if call == 0:
+            continue
+        for r in range(ops):
+            ms = events.elapsed_ms(2 * r, 2 * r + 1)
+            gap = events.elapsed_ms(2 * r + 1, 2 * r + 2) if r + 1 < ops else 0.0
+            if ms < 0 or gap < 0:
+                raise RuntimeError(
+                    f"eqx_quant.bench: CUDA events out of order around op {r} "
+                    f"({ms} ms, gap {gap} ms): XLA reordered the bracket"
+                )
+            samples.append(ms * 1e-3)
+            gaps.append(gap * 1e-3)
+    return dict(seconds=statistics.median(samples), samples=len(samples),
+                ops_per_call=ops, max_gap_us=max(gaps) * 1e6)
+
+
+def _measure(fn: Callable, xs: list, shared: tuple, reps: int) -> dict:
+    """{"seconds": median per op, "samples", "max_gap_us" (CUDA events only)}."""
+    events, _ = cuda_events()
+    if events is not None:
+        return _time_events(events, fn, xs, shared, reps)
+    seconds = _time_per_call(_batched(fn, len(xs)), (xs, *shared), len(xs), reps)
+    return dict(seconds=seconds, samples=reps, max_gap_us=None)
+
+
+def timing_method() -> tuple[str, str]:
+    """("cuda_events" or "wall_clock", a description for the header and --json)."""
+    events, why_not = cuda_events()
+    if events is not None:
+        return "cuda_events", (
+            f"device time between CUDA events around each op (median over brackets; up to "
+            f"{EVENT_OPS_PER_CALL} ops per jitted call, inputs rotated over K >= 3 buffers, "
+            f"K x input >= 192 MB), events of {events.path}"
+        )
+    return "wall_clock", (
+        f"host wall clock ({why_not}): median over reps of (wall clock of back-to-back "
+        "dispatches / ops), one dispatch = the op on K distinct inputs (K >= 3; on a GPU "
+        "K x input >= 192 MB)"
+    )
+
+
+def copy_bandwidth(reps: int) -> tuple[float, int, dict]:
+    """(bytes per second, bytes, measurement) of a jitted reversal of a large uint32 array."""
     on_gpu = jax.default_backend() != "cpu"
     count = (1 << 28) if on_gpu else (1 << 24)
     a = jnp.arange(count, dtype=jnp.uint32)
-    rev = jax.jit(lambda a: a[::-1])
-    seconds = _time_per_call(rev, (a,), 1, reps)
+    measured = _measure(lambda a: a[::-1], [a], (), reps)
     moved = 2 * count * 4
-    return moved / seconds, moved
+    return moved / measured["seconds"], moved, measured
 
 
 def _inputs(m: int, n: int, seed: int) -> list:
@@ -220,11 +493,13 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
     import eqx_quant as eqq
 
     device = jax.devices()[0]
-    bandwidth, copy_bytes = copy_bandwidth(reps)
+    timing, timing_detail = timing_method()
+    bandwidth, copy_bytes, copy_measured = copy_bandwidth(reps)
     log(
         f"device: {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, "
         f"eqx_quant kernels: {eqq.library_paths()}"
     )
+    log(f"timing: {timing}: {timing_detail}")
     log(f"copy bandwidth (jitted a[::-1], {copy_bytes / 2**30:.2f} GiB moved): "
         f"{bandwidth / 1e9:.0f} GB/s")
     rows = []
@@ -242,8 +517,9 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
                 log(f"{op:<22} {f'{m}x{n}':>11} skipped: MXFP8 needs multiples of 32")
                 continue
             moved = _bytes_moved(op, m, n, 2)
-            ours = _time_per_call(_batched(_ours(op), len(xs)), (xs, scale), len(xs), reps)
-            xla = _time_per_call(_batched(_xla(op), len(xs)), (xs, scale), len(xs), reps)
+            ours_measured = _measure(_ours(op), xs, (scale,), reps)
+            xla_measured = _measure(_xla(op), xs, (scale,), reps)
+            ours, xla = ours_measured["seconds"], xla_measured["seconds"]
             row = dict(
                 op=op,
                 shape=[m, n],
@@ -257,6 +533,10 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
                 xla_gbps=moved / xla / 1e9,
                 xla_pct_copy=100.0 * moved / xla / bandwidth,
                 speedup=xla / ours,
+                ours_samples=ours_measured["samples"],
+                xla_samples=xla_measured["samples"],
+                ours_max_gap_us=ours_measured["max_gap_us"],
+                xla_max_gap_us=xla_measured["max_gap_us"],
             )
             rows.append(row)
             log(
@@ -270,10 +550,10 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
         jax=jax.__version__,
         copy_gbps=bandwidth / 1e9,
         copy_method="jax.jit(lambda a: a[::-1]) on a uint32 array",
-        timing=(
-            "median over reps of (wall clock of back-to-back dispatches / ops), one dispatch "
-            "= the op on K distinct inputs (K >= 3, K x input >= 192 MB)"
-        ),
+        copy_samples=copy_measured["samples"],
+        copy_max_gap_us=copy_measured["max_gap_us"],
+        timing=timing,
+        timing_detail=timing_detail,
         rows=rows,
     )
 
@@ -283,7 +563,10 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), type=str,
                         help="N (for NxN) or MxN, bf16 (default: %(default)s)")
-    parser.add_argument("--reps", type=int, default=7, help="batches per measurement (median)")
+    parser.add_argument("--reps", type=int, default=7,
+                        help="timed calls per measurement: CUDA events, each call brackets up "
+                        f"to {EVENT_OPS_PER_CALL} ops; wall clock, each call is a batch of "
+                        "dispatches (the median is reported)")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args(argv)

@@ -19,6 +19,10 @@
 //        * AmaxKernel: per example (grid y) a flat grid-stride stream of
 //          16-byte loads (4 in flight per thread); the few elements before
 //          the first 16-byte boundary and after the last are scalar.
+//          Both kernels walk x from its end to its start and the quantize
+//          kernels from the start to the end, so that each pass begins on
+//          the part of x the previous one left in L2 (x is larger than L2;
+//          a max does not depend on the order).
 //        * RhtAmaxKernel: a thread owns a 16-row panel of one 16-byte
 //          column vector (8 bf16 / f16 or 4 f32 columns; one column with
 //          scalar loads when rows are not 16-byte vectors): 16 loads in
@@ -113,9 +117,11 @@ __global__ void __launch_bounds__(kThreads)
     const uint4* xv = reinterpret_cast<const uint4*>(x + head);
 
     float m = 0.0f;
-    const int64_t step = int64_t{gridDim.x} * kThreads * kUnroll;
-    for (int64_t base = int64_t{blockIdx.x} * kThreads * kUnroll + threadIdx.x;
-         base < vectors; base += step) {
+    // Chunks of kThreads * kUnroll vectors, the last one first (see above).
+    constexpr int64_t kChunk = int64_t{kThreads} * kUnroll;
+    const int64_t chunks = (vectors + kChunk - 1) / kChunk;
+    for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+      const int64_t base = (chunks - 1 - chunk) * kChunk + threadIdx.x;
       uint4 raw[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -154,8 +160,11 @@ __global__ void __launch_bounds__(kThreads)
     const Storage* x = static_cast<const Storage*>(p.x) + ex * p.elements;
     float m = 0.0f;
     float rht_m = 0.0f;
-    for (int64_t item = int64_t{blockIdx.x} * kThreads + threadIdx.x;
-         item < p.items; item += int64_t{gridDim.x} * kThreads) {
+    const int64_t chunks = (p.items + kThreads - 1) / kThreads;
+    for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+      // Chunks of kThreads items, the last one first (see above).
+      const int64_t item = (chunks - 1 - chunk) * kThreads + threadIdx.x;
+      if (item >= p.items) continue;
       int64_t vector;  // panel = a * (K / 16) + k / 16
       const int64_t panel = DivMod(item, p.vectors, p.narrow, vector);
       const int64_t column = vector * kCols;
@@ -237,18 +246,6 @@ Nvfp4LaunchStatus LaunchMain(Kernel kernel, dim3 grid, cudaStream_t stream,
   return CheckLaunch(what);
 }
 
-template <typename Kernel>
-int ResidentBlocks(Kernel kernel) {
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads,
-                                                    0) != cudaSuccess ||
-      blocks <= 0) {
-    cudaGetLastError();
-    blocks = 2;
-  }
-  return blocks;
-}
-
 template <typename In>
 Nvfp4LaunchStatus Run(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
                       cudaStream_t stream) {
@@ -262,12 +259,13 @@ Nvfp4LaunchStatus Run(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
   const unsigned grid_y =
       static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
   if (!pr.with_rht) {
-    static const int per_sm = ResidentBlocks(AmaxKernel<In>);
+    static const int per_sm = ResidentBlocks(AmaxKernel<In>, kThreads, 2);
     const int64_t want =
         CeilDiv(p.elements / In::kVec + 1, int64_t{kThreads} * kUnroll);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
-    return LaunchMain(AmaxKernel<In>, dim3(GridSize(std::min(want, room)), grid_y),
-                      stream, p, "launching AmaxKernel");
+    return LaunchMain(AmaxKernel<In>,
+                      dim3(GridSize(std::min(want, room)), grid_y), stream, p,
+                      "launching AmaxKernel");
   }
   const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
   for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];
@@ -278,13 +276,15 @@ Nvfp4LaunchStatus Run(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
   p.narrow = p.items <= 0xFFFFFFFF;
   const int64_t want = CeilDiv(p.items, int64_t{kThreads});
   if (vector) {
-    static const int per_sm = ResidentBlocks(RhtAmaxKernel<In, true>);
+    static const int per_sm =
+        ResidentBlocks(RhtAmaxKernel<In, true>, kThreads, 2);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
     return LaunchMain(RhtAmaxKernel<In, true>,
                       dim3(GridSize(std::min(want, room)), grid_y), stream, p,
                       "launching RhtAmaxKernel");
   }
-  static const int per_sm = ResidentBlocks(RhtAmaxKernel<In, false>);
+  static const int per_sm =
+      ResidentBlocks(RhtAmaxKernel<In, false>, kThreads, 2);
   const int64_t room = std::max<int64_t>(1, SmCount() * per_sm * 2 / grid_y);
   return LaunchMain(RhtAmaxKernel<In, false>,
                     dim3(GridSize(std::min(want, room)), grid_y), stream, p,

@@ -1,332 +1,27 @@
 // Device helpers of the NVFP4 CUDA kernels (kernels/nvfp4_quantize_cuda.cu,
-// kernels/nvfp4_amax_cuda.cu): the fast E2M1 encoder, the 16-point RHT as a
-// Walsh-Hadamard butterfly, block amax keys, input element types and the
-// stochastic-rounding index. Everything here computes exactly what the CPU
-// kernel's helpers (common/nvfp4_format.h, common/rht.h) compute; the
-// arithmetic helpers are host/device so that a host test can compare them
-// with those helpers on every input that matters.
-//
-// Float operations are explicit IEEE binary32 round-to-nearest operations
-// (__fadd_rn / __fmul_rn on the device; the host build uses SSE arithmetic
-// without contraction).
+// kernels/nvfp4_tile_cuda.cu, kernels/nvfp4_amax_cuda.cu): the input element
+// types, the stochastic-rounding index, memory and launch helpers, on top of
+// the arithmetic of kernels/nvfp4_quantize_cuda_math.cuh. Internal to those
+// files.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_NVFP4_QUANTIZE_CUDA_DEVICE_CUH_
 #define EQX_QUANT_CSRC_KERNELS_NVFP4_QUANTIZE_CUDA_DEVICE_CUH_
 
-#if defined(__CUDACC__)
 #include <cuda_runtime.h>
-#endif
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
-#include "common/fp8_format.h"
 #include "common/nvfp4_format.h"
-#include "common/rht.h"
+#include "common/nvfp4_problem.h"
 #include "common/threefry.h"
 #include "kernels/nvfp4_quantize_cuda.h"
-
-// `EQXQ_NVFP4_UNROLL` for host/device functions (the host compiler does not
-// know it).
-#if defined(__CUDA_ARCH__)
-#define EQXQ_NVFP4_UNROLL _Pragma("unroll")
-#else
-#define EQXQ_NVFP4_UNROLL
-#endif
+#include "kernels/nvfp4_quantize_cuda_math.cuh"
 
 namespace eqx_quant::cuda::nvfp4 {
 
-constexpr int kB = kNvfp4Block;  // 16
-
 // ---------------------------------------------------------------------------
-// IEEE operations and integer helpers (single SASS instructions on sm_90).
-
-EQXQ_HOST_DEVICE inline float AddRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-EQXQ_HOST_DEVICE inline float SubRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-EQXQ_HOST_DEVICE inline float MulRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-// min(a + b, c) (VIADDMNMX).
-EQXQ_HOST_DEVICE inline int32_t AddMin(int32_t a, int32_t b, int32_t c) {
-#if defined(__CUDA_ARCH__)
-  return __viaddmin_s32(a, b, c);
-#else
-  const int32_t s = a + b;
-  return s < c ? s : c;
-#endif
-}
-
-// max(a, b, c) (VIMNMX3).
-EQXQ_HOST_DEVICE inline uint32_t Max3(uint32_t a, uint32_t b, uint32_t c) {
-#if defined(__CUDA_ARCH__)
-  return __vimax3_u32(a, b, c);
-#else
-  const uint32_t m = a > b ? a : b;
-  return m > c ? m : c;
-#endif
-}
-
-// Per 16-bit half: max(a, b, c).
-EQXQ_HOST_DEVICE inline uint32_t Max3U16x2(uint32_t a, uint32_t b,
-                                           uint32_t c) {
-#if defined(__CUDA_ARCH__)
-  return __vimax3_u16x2(a, b, c);
-#else
-  uint32_t out = 0;
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t x = (a >> (16 * h)) & 0xFFFFu;
-    const uint32_t y = (b >> (16 * h)) & 0xFFFFu;
-    const uint32_t z = (c >> (16 * h)) & 0xFFFFu;
-    out |= Max3(x, y, z) << (16 * h);
-  }
-  return out;
-#endif
-}
-
-// Byte n of the result is byte ((s >> 4n) & 7) of the 8 bytes {y:x}.
-EQXQ_HOST_DEVICE inline uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
-#if defined(__CUDA_ARCH__)
-  return __byte_perm(x, y, s);
-#else
-  const uint64_t all = (static_cast<uint64_t>(y) << 32) | x;
-  uint32_t out = 0;
-  for (int n = 0; n < 4; ++n) {
-    const uint32_t sel = (s >> (4 * n)) & 7u;
-    out |= static_cast<uint32_t>((all >> (8 * sel)) & 0xFFu) << (8 * n);
-  }
-  return out;
-#endif
-}
-
-// ---------------------------------------------------------------------------
-// E2M1 encoding.
-
-// The E2M1 magnitude code (0..7) of a >= 0 (not NaN; inf allowed), rounded
-// to nearest even and saturated: == FloatToE2M1(a) for such a.
-//
-// The real-valued code of a is the concave piecewise-linear
-// min(2a, a + 2, a/2 + 4) (the three binades of E2M1's grid: steps 0.5, 1,
-// 2); rounding to the nearest integer, ties to even, is monotone and so
-// commutes with the min, and shifting by an even integer keeps ties even:
-//   code = min(RNE(2a), RNE(a) + 2, RNE(a/2) + 4, 7).
-// RNE(2a) is the bit distance of fl(a + 2^22) from 2^22 (the ulp there is
-// 0.5), likewise fl(a + 2^23) (ulp 1) and fl(a + 2^24) (ulp 2); for a at or
-// above those magic numbers the distance is only larger, and the min with 7
-// decides. 3 FADD + 3 VIADDMNMX.
-EQXQ_HOST_DEVICE inline uint32_t E2M1Magnitude(float a) {
-  const int32_t r1 = static_cast<int32_t>(FloatToBits(AddRn(a, 4194304.0f)));
-  const int32_t r2 = static_cast<int32_t>(FloatToBits(AddRn(a, 8388608.0f)));
-  const int32_t r3 = static_cast<int32_t>(FloatToBits(AddRn(a, 16777216.0f)));
-  int32_t code = AddMin(r3, 4 - 0x4B800000, 7);
-  code = AddMin(r2, 2 - 0x4B000000, code);
-  code = AddMin(r1, -0x4A800000, code);
-  return static_cast<uint32_t>(code);
-}
-
-// The sign bits of four floats at bit 3 of the four bytes of a word.
-EQXQ_HOST_DEVICE inline uint32_t SignBits4(float v0, float v1, float v2,
-                                           float v3) {
-  const uint32_t t01 = BytePerm(FloatToBits(v0), FloatToBits(v1), 0x0073u);
-  const uint32_t t23 = BytePerm(FloatToBits(v2), FloatToBits(v3), 0x0073u);
-  return (BytePerm(t01, t23, 0x5410u) >> 4) & 0x08080808u;
-}
-
-EQXQ_HOST_DEVICE inline uint32_t Pack4(uint32_t c0, uint32_t c1, uint32_t c2,
-                                       uint32_t c3) {
-  return c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
-}
-
-// Codes of N (a multiple of 4) values times `enc` (> 0), one byte each,
-// little-endian in N/4 words: FloatToE2M1(fl(v * enc)) for NaN-free v (y
-// keeps v's sign, and |fl(v * enc)| = fl(|v| * enc)).
-template <int N>
-EQXQ_HOST_DEVICE inline void EncodeFast(const float (&v)[N], float enc,
-                                        uint32_t (&q)[N / 4]) {
-EQXQ_NVFP4_UNROLL
-  for (int w = 0; w < N / 4; ++w) {
-    uint32_t c[4];
-EQXQ_NVFP4_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      c[e] = E2M1Magnitude(MulRn(fabsf(v[4 * w + e]), enc));
-    }
-    q[w] = Pack4(c[0], c[1], c[2], c[3]) |
-           SignBits4(v[4 * w], v[4 * w + 1], v[4 * w + 2], v[4 * w + 3]);
-  }
-}
-
-// The same for any values (NaN -> 0x7), with the CPU kernel's encoder.
-template <int N>
-EQXQ_HOST_DEVICE inline void EncodeExact(const float (&v)[N], float enc,
-                                         uint32_t (&q)[N / 4]) {
-EQXQ_NVFP4_UNROLL
-  for (int w = 0; w < N / 4; ++w) {
-    uint32_t c[4];
-EQXQ_NVFP4_UNROLL
-    for (int e = 0; e < 4; ++e) c[e] = FloatToE2M1(MulRn(v[4 * w + e], enc));
-    q[w] = Pack4(c[0], c[1], c[2], c[3]);
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Block amax keys (common/nvfp4_format.h's AmaxKey: magnitude bits, NaN -> 0).
-
-constexpr uint32_t kF32Magnitude = 0x7FFFFFFFu;
-constexpr uint32_t kF32Inf = 0x7F800000u;
-
-// max of the magnitude bits of N (even) values, NaN included (> kF32Inf if
-// there is one).
-template <int N>
-EQXQ_HOST_DEVICE inline uint32_t RawKey(const float (&v)[N]) {
-  uint32_t m = 0;
-EQXQ_NVFP4_UNROLL
-  for (int i = 0; i < N; i += 2) {
-    m = Max3(m, FloatToBits(v[i]) & kF32Magnitude,
-             FloatToBits(v[i + 1]) & kF32Magnitude);
-  }
-  return m;
-}
-
-// max of AmaxKey over N (even) values (NaN ignored).
-template <int N>
-EQXQ_HOST_DEVICE inline uint32_t NanFreeKey(const float (&v)[N]) {
-  uint32_t m = 0;
-EQXQ_NVFP4_UNROLL
-  for (int i = 0; i < N; i += 2) m = Max3(m, AmaxKey(v[i]), AmaxKey(v[i + 1]));
-  return m;
-}
-
-// ---------------------------------------------------------------------------
-// The 16-point RHT (common/rht.h's Rht16, bit for bit).
-//
-// With q_i = fl(v_i * R[i][0]) (R[i][0] = s_i / 4), every product of Rht16 is
-// p_ij = fl(v_i * R[i][j]) = H[i][j] * q_i exactly (H = +-1, rounding is sign
-// symmetric), and each node of its pairwise tree over i, for output j, is a
-// sum of two children that the radix-2 butterfly (strides 1, 2, 4, 8, the
-// same pairs in the same order) computes up to the sign of both operands:
-// fl(-a - b) = -fl(a + b). So the butterfly gives every output exactly,
-// except that a zero may carry the other sign. Under round-to-nearest a sum
-// is -0 only if both operands are -0, so an output is -0 exactly when all 16
-// of its products are -0 (all q_i zero, each with sign s(q_i) ^ H[i][j]
-// negative), and +0 whenever it is zero otherwise. A NaN output is NaN in
-// both (inf - inf happens in the same nodes), and RoundToBf16 makes every NaN
-// 0x7FC0.
-//
-// factors[i] = R[i][0] (the kernels keep them in their parameters).
-
-// Bit i of kHadamardNegative[j]: H[i][j] = -1, i.e. popcount(i & j) odd.
-EQXQ_HOST_DEVICE constexpr uint32_t HadamardNegativeMask(int j) {
-  uint32_t mask = 0;
-  for (int i = 0; i < kRhtSize; ++i) {
-    int parity = 0;
-    for (int b = i & j; b != 0; b >>= 1) parity ^= b & 1;
-    mask |= static_cast<uint32_t>(parity) << i;
-  }
-  return mask;
-}
-
-// In place: the unnormalised Walsh-Hadamard butterfly over 16 values.
-EQXQ_HOST_DEVICE inline void Butterfly16(float (&q)[kRhtSize]) {
-EQXQ_NVFP4_UNROLL
-  for (int h = 1; h < kRhtSize; h *= 2) {
-EQXQ_NVFP4_UNROLL
-    for (int i = 0; i < kRhtSize; ++i) {
-      if ((i & h) == 0) {
-        const float a = q[i];
-        const float b = q[i + h];
-        q[i] = AddRn(a, b);
-        q[i + h] = SubRn(a, b);
-      }
-    }
-  }
-}
-
-// out = RHT(v), each output rounded to bfloat16 (== Rht16).
-EQXQ_HOST_DEVICE inline void Rht16Exact(const float (&v)[kRhtSize],
-                                        const float* factors,
-                                        float (&out)[kRhtSize]) {
-  uint32_t magnitudes = 0;
-EQXQ_NVFP4_UNROLL
-  for (int i = 0; i < kRhtSize; ++i) {
-    out[i] = MulRn(v[i], factors[i]);
-    magnitudes |= FloatToBits(out[i]) & kF32Magnitude;
-  }
-  if (magnitudes == 0) {  // every product is a zero: signs decide
-    uint32_t negative = 0;
-EQXQ_NVFP4_UNROLL
-    for (int i = 0; i < kRhtSize; ++i) {
-      negative |= (FloatToBits(out[i]) >> 31) << i;
-    }
-EQXQ_NVFP4_UNROLL
-    for (int j = 0; j < kRhtSize; ++j) {
-      const bool all_negative = (negative ^ HadamardNegativeMask(j)) == 0xFFFFu;
-      out[j] = BitsToFloat(all_negative ? 0x80000000u : 0u);
-    }
-    return;
-  }
-  Butterfly16(out);
-EQXQ_NVFP4_UNROLL
-  for (int j = 0; j < kRhtSize; ++j) {
-    // A zero output is +0 here; fl(z + 0) turns -0 into +0 and keeps the rest.
-    out[j] = RoundToBf16(AddRn(out[j], 0.0f));
-  }
-}
-
-// max |RHT(v)| over the 16 outputs before their bf16 rounding, NaN ignored.
-// Rounding to bf16 is monotone in the magnitude, so the amax of the rounded
-// outputs is RoundToBf16 of the max of such maxima.
-EQXQ_HOST_DEVICE inline float RhtAbsMax(const float (&v)[kRhtSize],
-                                        const float* factors) {
-  float q[kRhtSize];
-EQXQ_NVFP4_UNROLL
-  for (int i = 0; i < kRhtSize; ++i) q[i] = MulRn(v[i], factors[i]);
-  Butterfly16(q);
-  float m = 0.0f;
-EQXQ_NVFP4_UNROLL
-  for (int j = 0; j < kRhtSize; ++j) m = fmaxf(m, fabsf(q[j]));  // NaN-free
-  return m;
-}
-
-// ---------------------------------------------------------------------------
-// Scale bytes.
-
-// e4m3_RN_sat of a non-negative float (== FloatToFp8<E4M3Fn>; the hardware
-// convert is checked on all 2^32 inputs by EqxQuantCudaFp8ConvertSelfTest).
-EQXQ_HOST_DEVICE inline uint32_t E4M3Byte(float value) {
-#if defined(__CUDA_ARCH__)
-  uint16_t packed;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
-      : "=h"(packed)
-      : "f"(0.0f), "f"(value));
-  return packed & 0xFFu;
-#else
-  return FloatToFp8<E4M3Fn>(value);
-#endif
-}
-
-// ---------------------------------------------------------------------------
-// Device only: input types, stochastic rounding, memory helpers.
-
-#if defined(__CUDACC__)
+// Input types.
 
 // The three input types: f32 of one element (exact conversions).
 __device__ __forceinline__ float HalfToFloat(uint32_t bits16) {
@@ -453,11 +148,12 @@ __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
   }
 }
 
-// 16 code bytes to dst[0..count): one 16-byte store when whole and aligned.
+// 16 code bytes to dst[0..count): one 16-byte store when whole and aligned
+// (streaming: codes are written once and not read by the kernel).
 __device__ __forceinline__ void StoreCodes(uint8_t* dst, const uint32_t (&q)[4],
                                            int count) {
   if (count == kB && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
-    *reinterpret_cast<uint4*>(dst) = make_uint4(q[0], q[1], q[2], q[3]);
+    __stcs(reinterpret_cast<uint4*>(dst), make_uint4(q[0], q[1], q[2], q[3]));
     return;
   }
 #pragma unroll
@@ -558,7 +254,30 @@ inline Nvfp4LaunchStatus CheckLaunch(const char* what) {
   return status;
 }
 
-#endif  // defined(__CUDACC__)
+// Resident CTAs per SM of `kernel` with `threads` threads (`fallback` if the
+// query fails).
+template <typename Kernel>
+int ResidentBlocks(Kernel kernel, int threads, int fallback) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads,
+                                                    0) != cudaSuccess ||
+      blocks <= 0) {
+    cudaGetLastError();
+    blocks = fallback;
+  }
+  return blocks;
+}
+
+// Resident CTAs per SM the quantize kernels are built for (registers <= 64;
+// the stochastic-rounding variants are ALU-bound and get up to 128).
+template <bool kSr>
+constexpr int kQuantizeMinBlocks = kSr ? 2 : 4;
+
+// The TileKernel launcher (kernels/nvfp4_tile_cuda.cu): the colwise and 2D
+// problems.
+Nvfp4LaunchStatus LaunchTiles(const Nvfp4QuantizeProblem& problem,
+                              const Nvfp4QuantizeBuffers& buffers,
+                              const SrLayout& sr, cudaStream_t stream);
 
 }  // namespace eqx_quant::cuda::nvfp4
 

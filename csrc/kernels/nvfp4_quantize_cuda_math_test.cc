@@ -1,0 +1,211 @@
+// Host unit test of the NVFP4 CUDA kernels' arithmetic
+// (kernels/nvfp4_quantize_cuda_math.cuh, host/device functions) against the
+// CPU kernel's helpers (common/nvfp4_format.h, common/rht.h). Not part of the
+// library; build and run by hand from the repository root:
+//
+//   g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra
+//       -I csrc csrc/kernels/nvfp4_quantize_cuda_math_test.cc -o /tmp/nv_math
+//   /tmp/nv_math          # every 97th float for the encoder (seconds)
+//   /tmp/nv_math full     # all 2^31 non-negative non-NaN floats (~20 s)
+//
+// It checks, bit for bit:
+//   * E2M1Magnitude(a) == FloatToE2M1(a) for non-negative non-NaN a (every
+//     one with `full`) and around every rounding boundary and magic number;
+//   * EncodeFast<16> / EncodeFast<8> (sign bits, byte packing) ==
+//     EncodeExact<16> == FloatToE2M1(fl(v * enc)) per element, on 2M random
+//     NaN-free blocks (subnormals, infinities, zeros of both signs, extreme
+//     multipliers), and RawKey == NanFreeKey there;
+//   * Rht16Exact == Rht16 (the pairwise-sum matrix product, each output
+//     rounded to bf16) on 3M groups: all-zero groups of mixed signs (the -0
+//     rule), tiny subnormals whose products underflow, exact cancellations,
+//     NaN, inf, overflow; and RoundToBf16(RhtAbsMax) == the NaN-ignoring max
+//     of AmaxKey over Rht16's outputs; random sign masks and the default.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "kernels/nvfp4_quantize_cuda_math.cuh"
+
+namespace {
+
+using eqx_quant::BitsToFloat;
+using eqx_quant::FloatToBits;
+using eqx_quant::RhtMatrix;
+namespace nv = eqx_quant::cuda::nvfp4;
+
+uint64_t failures = 0;
+
+void Check(bool ok, const char* what, uint32_t a = 0, uint32_t b = 0,
+           uint32_t c = 0) {
+  if (ok) return;
+  if (failures++ < 20) {
+    std::printf("FAIL %s: %08x %08x %08x\n", what, a, b, c);
+  }
+}
+
+class Random {
+ public:
+  explicit Random(uint64_t seed) : engine_(seed) {}
+  uint32_t Bits() { return static_cast<uint32_t>(engine_()); }
+  uint32_t Below(uint32_t n) { return Bits() % n; }
+  float Sign() { return Below(2) ? -1.0f : 1.0f; }
+  // Zeros, subnormals, infinities, powers of two, wide normals.
+  float Special() {
+    switch (Below(12)) {
+      case 0: return 0.0f;
+      case 1: return -0.0f;
+      case 2: return BitsToFloat(Bits() & 0x807FFFFFu);
+      case 3: return BitsToFloat(0x7F800000u | (Bits() & 0x80000000u));
+      case 4:
+        return Sign() * std::ldexp(1.0f, static_cast<int>(Below(40)) - 20);
+      default: {
+        std::normal_distribution<float> normal(0.0f, 3.0f);
+        return normal(engine_) *
+               std::ldexp(1.0f, static_cast<int>(Below(24)) - 12);
+      }
+    }
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+// E2M1Magnitude == FloatToE2M1 on non-negative non-NaN floats.
+void CheckMagnitudes(bool full) {
+  const uint64_t step = full ? 1 : 97;
+  for (uint64_t b = 0; b <= 0x7F800000u; b += step) {
+    const float a = BitsToFloat(static_cast<uint32_t>(b));
+    Check(nv::E2M1Magnitude(a) == eqx_quant::FloatToE2M1(a), "magnitude",
+          static_cast<uint32_t>(b));
+  }
+  const uint32_t edges[] = {
+      0x3E800000, 0x3F400000, 0x3FA00000, 0x3FE00000, 0x40200000,
+      0x40600000, 0x40A00000, 0x40C00000, 0x40000000, 0x40800000,
+      0x3F800000, 0x4A800000, 0x4B000000, 0x4B800000, 0x7F7FFFFF,
+      0x7F800000, 0x00000000, 0x00000001};
+  for (uint32_t edge : edges) {
+    for (int d = -3; d <= 3; ++d) {
+      const uint32_t b = edge + static_cast<uint32_t>(d);
+      if (b > 0x7F800000u) continue;
+      Check(nv::E2M1Magnitude(BitsToFloat(b)) ==
+                eqx_quant::FloatToE2M1(BitsToFloat(b)),
+            "magnitude edge", b);
+    }
+  }
+}
+
+// EncodeFast (signs, packing) == EncodeExact == FloatToE2M1 per element.
+void CheckEncoders(Random& rng) {
+  for (int it = 0; it < 2000000; ++it) {
+    float v[16];
+    bool has_nan = false;
+    for (float& x : v) {
+      x = rng.Below(4) == 0 ? rng.Special()
+                            : BitsToFloat(rng.Bits() & 0xFF7FFFFFu);
+      has_nan |= x != x;
+    }
+    if (has_nan) continue;
+    float enc;
+    switch (rng.Below(4)) {
+      case 0: enc = 3.4028235e38f; break;
+      case 1: {
+        enc = BitsToFloat((rng.Bits() & 0x7FFFFFFFu) % 0x7F800000u);
+        if (enc == 0.0f) enc = 1.0f;
+        break;
+      }
+      default:
+        enc = std::ldexp(1.0f + static_cast<float>(rng.Below(1000)) / 1000.0f,
+                         static_cast<int>(rng.Below(60)) - 30);
+    }
+    uint32_t fast[4];
+    uint32_t exact[4];
+    nv::EncodeFast<16>(v, enc, fast);
+    nv::EncodeExact<16>(v, enc, exact);
+    for (int w = 0; w < 4; ++w) {
+      Check(fast[w] == exact[w], "encode", fast[w], exact[w]);
+    }
+    for (int e = 0; e < 16; ++e) {
+      const uint32_t code = (exact[e / 4] >> (8 * (e % 4))) & 0xFFu;
+      Check(code == eqx_quant::FloatToE2M1(v[e] * enc), "encode element",
+            FloatToBits(v[e]), FloatToBits(enc), code);
+    }
+    float half[8];
+    for (int e = 0; e < 8; ++e) half[e] = v[e];
+    uint32_t fast8[2];
+    nv::EncodeFast<8>(half, enc, fast8);
+    Check(fast8[0] == fast[0] && fast8[1] == fast[1], "encode 8");
+    Check(nv::RawKey<16>(v) == nv::NanFreeKey<16>(v), "keys");
+  }
+  float v[16] = {};
+  v[3] = BitsToFloat(0xFFC00001u);
+  v[5] = 2.0f;
+  Check(nv::RawKey<16>(v) > nv::kF32Inf &&
+            nv::NanFreeKey<16>(v) == FloatToBits(2.0f),
+        "keys with NaN");
+}
+
+// Rht16Exact == Rht16; RoundToBf16(RhtAbsMax) == max AmaxKey of Rht16.
+void CheckRht(Random& rng) {
+  for (int it = 0; it < 3000000; ++it) {
+    const uint32_t mask = it % 3 == 0 ? 0xD7E8u : (rng.Bits() & 0xFFFFu);
+    const RhtMatrix m = eqx_quant::MakeRhtMatrix(mask);
+    float factors[16];
+    for (int i = 0; i < 16; ++i) factors[i] = m.col[0][i];
+    const uint32_t kind = rng.Below(8);
+    float v[16];
+    for (float& x : v) {
+      switch (kind) {
+        case 0: x = rng.Sign() * 0.0f; break;  // zero groups: the -0 rule
+        case 1: x = BitsToFloat(rng.Bits() & 0x80000003u); break;  // underflow
+        case 2:
+          x = rng.Below(4) == 0 ? rng.Special()
+                                : BitsToFloat(rng.Bits() & 0x80000003u);
+          break;
+        case 3:  // exact cancellations
+          x = static_cast<float>(static_cast<int>(rng.Below(5)) - 2);
+          break;
+        case 4:
+          x = rng.Below(8) == 0 ? BitsToFloat(0x7FC00000u | rng.Bits())
+                                : rng.Special();
+          break;
+        case 5: x = rng.Sign() * 3.0e38f; break;  // overflow to inf
+        default: x = rng.Special();
+      }
+    }
+    float want[16];
+    float got[16];
+    eqx_quant::Rht16(m, v, want);
+    nv::Rht16Exact(v, factors, got);
+    for (int j = 0; j < 16; ++j) {
+      Check(FloatToBits(want[j]) == FloatToBits(got[j]), "rht",
+            FloatToBits(want[j]), FloatToBits(got[j]), kind);
+    }
+    uint32_t key = 0;
+    for (float w : want) key = std::max(key, eqx_quant::AmaxKey(w));
+    Check(FloatToBits(eqx_quant::RoundToBf16(nv::RhtAbsMax(v, factors))) == key,
+          "rht amax", key, kind);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool full = argc > 1 && std::strcmp(argv[1], "full") == 0;
+  Random rng(1);
+  CheckMagnitudes(full);
+  CheckEncoders(rng);
+  CheckRht(rng);
+  Check(nv::BytePerm(0x33221100u, 0x77665544u, 0x7531u) == 0x77553311u,
+        "byte perm");
+  Check(nv::HadamardNegativeMask(0) == 0 &&
+            nv::HadamardNegativeMask(1) == 0xAAAAu &&
+            nv::HadamardNegativeMask(15) == 0x6996u,
+        "hadamard masks");
+  std::printf("%s: %llu failures\n", failures ? "FAILED" : "OK",
+              static_cast<unsigned long long>(failures));
+  return failures != 0;
+}

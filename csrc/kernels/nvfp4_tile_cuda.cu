@@ -1,0 +1,386 @@
+// CUDA kernel of eqx_quant_nvfp4_quantize for sm_90a: every problem with a
+// colwise part or 2D scaling (kernels/nvfp4_quantize_cuda.cu has the
+// rowwise-only kernels and the semantics). Bit-exact with the CPU kernel.
+//
+// TileKernel (256 threads, persistent CTAs, nothing allocated): a tile is 64
+// k-rows (one a) x 64 l (one c) of an example, so rowwise blocks, colwise
+// blocks and 2D tiles never straddle tiles; rows beyond K and columns beyond
+// L are zero in shared memory (zero padding changes no block amax) and are
+// not written. The next tile is fetched while the current one is processed
+// (two buffers): cp.async of 16-byte row vectors when L is a multiple of a
+// vector and x is 16-byte aligned, else scalar loads stored to shared memory.
+// Shared-memory rows are 64 elements + 16 bytes, 16 mod 128 bytes apart, so
+// both the column reads (consecutive lanes, consecutive columns) and the
+// 16-byte row-block reads (consecutive lanes, consecutive rows) are free of
+// bank conflicts.
+//   * Colwise phase (colwise or 2D): thread (kb, j) = (t / 64, t % 64) reads
+//     rows 16 kb .. 16 kb + 15 of column j. 2D: the tile amax is the max of
+//     16 column maxima, a 16-lane shuffle (a warp is 32 columns of one kb),
+//     published in shared memory for the rowwise phase. Colwise: the RHT
+//     butterfly in registers (use_rht), the block scale, the codes, one
+//     16-byte streaming store of 16 consecutive k of the T layout (c, l, a, k)
+//     and one scale byte.
+//   * Rowwise phase: thread (r, lb) = (t % 64, t / 64) encodes columns
+//     16 lb .. 16 lb + 15 of row r (two or four 16-byte shared loads) and
+//     stores 16 codes and a scale byte.
+// The encode multipliers of the 128 possible scale bytes of the current
+// example are a shared table (the IEEE divisions run once per example).
+// No kernel spills (ptxas -warn-spills is on in CMake).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/nvfp4_format.h"
+#include "common/nvfp4_problem.h"
+#include "common/rht.h"
+#include "common/threefry.h"
+#include "kernels/nvfp4_quantize_cuda.h"
+#include "kernels/nvfp4_quantize_cuda_device.cuh"
+
+namespace eqx_quant::cuda::nvfp4 {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 64;  // tile rows (k) and columns (l)
+
+struct TileParams {
+  const void* x;
+  const float* amax;
+  const float* col_amax;
+  const uint32_t* key;
+  uint8_t* row;
+  uint8_t* row_scale;
+  uint8_t* col;
+  uint8_t* col_scale;
+  int64_t a, k, c, l;  // the (A, K, C, L) view of an example
+  int64_t l_blocks;    // ceil(L / 16)
+  int64_t k_blocks;    // ceil(K / 16)
+  int64_t cl;          // C * L: x / row elements between consecutive k
+  int64_t clb;         // C * l_blocks: row_scale bytes between consecutive k
+  int64_t ak;          // A * K: col bytes between consecutive l
+  int64_t akb;         // A * k_blocks: col_scale bytes between consecutive l
+  uint64_t l_tiles;    // ceil(L / 64)
+  uint64_t k_tiles;    // ceil(K / 64)
+  uint64_t total_tiles;  // batch * A * k_tiles * C * l_tiles
+  bool narrow;         // total_tiles < 2^32: 32-bit divisions
+  bool rowwise, colwise, use_2d;
+  bool vec_load;  // L % kVec == 0 and x 16-byte aligned: cp.async rows
+  int k_axis;     // index of K in S (for the SR index)
+  float rht_factor[kRhtSize];  // R[i][0]
+  SrLayout sr;
+};
+
+// Tile g (l-tile fastest, then c, then k-tile, then a, then the example):
+// element (r, j) of the tile (k = k0 + r, l = l0 + j) is x[x_off + r * CL +
+// j]; its row code is row[x_off + r * CL + j], its row scale
+// row_scale[rs_off + r * CLB + j / 16]; its col code col[col_off + j * AK +
+// r], its col scale col_scale[cs_off + j * AKB + r / 16].
+struct TileAt {
+  int64_t ex;
+  int64_t x_off;
+  int64_t rs_off;
+  int64_t col_off;
+  int64_t cs_off;
+  int32_t rows;  // valid rows: min(64, K - k0)
+  int32_t cols;  // valid columns: min(64, L - l0)
+  int64_t a, c, k0, l0;  // for the SR index
+};
+
+__device__ __forceinline__ TileAt Locate(const TileParams& p, uint64_t g) {
+  int64_t lt, c, kt, a, ex;
+  int64_t rest = static_cast<int64_t>(g);
+  rest = DivMod(rest, static_cast<int64_t>(p.l_tiles), p.narrow, lt);
+  rest = DivMod(rest, p.c, p.narrow, c);
+  rest = DivMod(rest, static_cast<int64_t>(p.k_tiles), p.narrow, kt);
+  ex = DivMod(rest, p.a, p.narrow, a);
+  TileAt at;
+  at.ex = ex;
+  at.a = a;
+  at.c = c;
+  at.k0 = kt * kTile;
+  at.l0 = lt * kTile;
+  const int64_t line = ((ex * p.a + a) * p.k + at.k0) * p.c + c;
+  at.x_off = line * p.l + at.l0;
+  at.rs_off = line * p.l_blocks + at.l0 / kB;
+  const int64_t column = ((ex * p.c + c) * p.l + at.l0) * p.a + a;
+  at.col_off = column * p.k + at.k0;
+  at.cs_off = column * p.k_blocks + at.k0 / kB;
+  at.rows = static_cast<int32_t>(min(int64_t{kTile}, p.k - at.k0));
+  at.cols = static_cast<int32_t>(min(int64_t{kTile}, p.l - at.l0));
+  return at;
+}
+
+template <typename In, bool kRht, bool kSr>
+__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
+    TileKernel(const __grid_constant__ TileParams p) {
+  using Storage = typename In::Storage;
+  constexpr int kSize = sizeof(Storage);
+  constexpr int kStride = kTile * kSize + 16;  // bytes per row: 16 mod 128
+  constexpr int kVec = In::kVec;
+  constexpr int kVecPerRow = kTile / kVec;
+  constexpr int kVecPerThread = kTile * kVecPerRow / kThreads;
+  constexpr int kElemPerThread = kTile * kTile / kThreads;
+  __shared__ __align__(16) uint8_t tile[2][kTile * kStride];
+  __shared__ TileAt tile_at[2];  // where the tile in each buffer lies
+  __shared__ uint32_t tile_key[kTile / kB][kTile / kB];
+  // The encode multipliers of the 128 scale bytes (rowwise, colwise) of the
+  // current example (an IEEE division each: computed once per example).
+  __shared__ float enc_table[2][128];
+
+  const int t = threadIdx.x;
+  const Storage* x = static_cast<const Storage*>(p.x);
+
+  // Tile g into buffer b: cp.async rows, or scalar loads stored to shared.
+  auto fetch = [&](uint64_t g, int b) {
+    const TileAt at = Locate(p, g);
+    if (t == 0) tile_at[b] = at;
+    const Storage* src = x + at.x_off;
+    if (p.vec_load) {
+#pragma unroll
+      for (int j = 0; j < kVecPerThread; ++j) {
+        const int q = t + j * kThreads;
+        const int r = q / kVecPerRow;
+        const int v = q % kVecPerRow;
+        const bool valid = r < at.rows && v * kVec < at.cols;
+        AsyncCopy16(&tile[b][r * kStride + v * 16],
+                    valid ? src + r * p.cl + v * kVec : x, valid);
+      }
+    } else {
+      Storage s[kElemPerThread];
+#pragma unroll
+      for (int j = 0; j < kElemPerThread; ++j) {
+        const int r = t / kTile + j * (kThreads / kTile);
+        const int col = t % kTile;
+        s[j] = r < at.rows && col < at.cols ? src[r * p.cl + col] : Storage(0);
+      }
+#pragma unroll
+      for (int j = 0; j < kElemPerThread; ++j) {
+        const int r = t / kTile + j * (kThreads / kTile);
+        *reinterpret_cast<Storage*>(
+            &tile[b][r * kStride + (t % kTile) * kSize]) = s[j];
+      }
+    }
+  };
+
+  int64_t cached_ex = -1;
+  float row_factor = 0.0f;  // block amax -> scale byte multipliers
+  float col_factor = 0.0f;
+  uint32_t key0 = 0;
+  uint32_t key1 = 0;
+
+  int cur = 0;
+  uint64_t g = blockIdx.x;
+  if (g < p.total_tiles) fetch(g, 0);
+  AsyncCommit();
+  for (; g < p.total_tiles; g += gridDim.x, cur ^= 1) {
+    if (g + gridDim.x < p.total_tiles) fetch(g + gridDim.x, cur ^ 1);
+    AsyncCommit();
+    AsyncWaitAllButNewest();  // this thread's part of tile g is in
+    __syncthreads();          // everyone's part is, and tile_at[cur]
+
+    const int64_t ex = tile_at[cur].ex;
+    if (ex != cached_ex) {  // the same in the whole CTA
+      cached_ex = ex;
+      const Nvfp4TensorScale row_t = MakeNvfp4TensorScale(p.amax[ex]);
+      const Nvfp4TensorScale col_t = MakeNvfp4TensorScale(p.col_amax[ex]);
+      row_factor = row_t.factor;
+      col_factor = col_t.factor;
+      const int part = t / 128;
+      enc_table[part][t % 128] = Nvfp4EncodeMultiplier(
+          static_cast<uint8_t>(t % 128), part == 0 ? row_t : col_t);
+      if (kSr) {
+        key0 = p.key[2 * ex];
+        key1 = p.key[2 * ex + 1];
+      }
+      __syncthreads();  // the tables are in (their readers passed the last
+                        // iteration's final barrier)
+    }
+    const TileAt& at = tile_at[cur];
+    uint64_t sr_base = 0;  // the A and C terms of the tile's elements
+    if constexpr (kSr) {
+      sr_base = SrMulti(p.sr, 0, p.k_axis, at.a) +
+                SrMulti(p.sr, p.k_axis + 1, p.sr.n - 1, at.c);
+    }
+    const uint8_t* buf = tile[cur];
+
+    // Colwise: thread (kb, j) has rows 16 kb .. 16 kb + 15 of column j.
+    if (p.colwise || p.use_2d) {
+      const int kb = t / kTile;
+      const int j = t % kTile;
+      float v[kB];
+#pragma unroll
+      for (int i = 0; i < kB; ++i) {
+        v[i] = In::Convert(*reinterpret_cast<const Storage*>(
+            buf + (kb * kB + i) * kStride + j * kSize));
+      }
+      uint32_t tile_amax = 0;
+      if (p.use_2d) {  // all lanes: the 16x16 tile's amax
+        tile_amax = NanFreeKey<kB>(v);
+#pragma unroll
+        for (int s = 1; s < kB; s *= 2) {
+          tile_amax =
+              max(tile_amax, __shfl_xor_sync(0xFFFFFFFFu, tile_amax, s));
+        }
+        if (p.rowwise && j % kB == 0) tile_key[kb][j / kB] = tile_amax;
+      }
+      if (p.colwise && kb * kB < at.rows && j < at.cols) {
+        if constexpr (kRht) {  // K % 16 == 0: the group is whole
+          float rotated[kB];
+          Rht16Exact(v, p.rht_factor, rotated);
+#pragma unroll
+          for (int i = 0; i < kB; ++i) v[i] = rotated[i];
+        }
+        const uint32_t raw = RawKey<kB>(v);
+        const bool has_nan = raw > kF32Inf;
+        const uint32_t key =
+            p.use_2d ? tile_amax : (has_nan ? NanFreeKey<kB>(v) : raw);
+        const uint32_t sdb = E4M3Byte(MulRn(__uint_as_float(key), col_factor));
+        const float enc = enc_table[1][sdb & 127u];
+        uint32_t q[4];
+        if constexpr (kSr) {
+          const int64_t k_first = at.k0 + kb * kB;
+          const uint64_t base = sr_base + SrTerm(p.sr, p.sr.n - 1, at.l0 + j);
+          EncodeSr<kB>(
+              v, enc, key0, key1, kColwiseStream,
+              [&](int i) { return base + SrTerm(p.sr, p.k_axis, k_first + i); },
+              q);
+        } else if (has_nan) {
+          EncodeExact<kB>(v, enc, q);
+        } else {
+          EncodeFast<kB>(v, enc, q);
+        }
+        StoreCodes(p.col + at.col_off + j * p.ak + kb * kB, q,
+                   min(kB, at.rows - kb * kB));
+        p.col_scale[at.cs_off + j * p.akb + kb] = static_cast<uint8_t>(sdb);
+      }
+    }
+
+    // Rowwise: thread (r, lb) has columns 16 lb .. 16 lb + 15 of row r.
+    if (p.rowwise) {
+      if (p.use_2d) __syncthreads();  // tile_key is in
+      const int r = t % kTile;
+      const int lb = t / kTile;
+      if (r < at.rows && lb * kB < at.cols) {
+        uint32_t w[4 * kSize];
+#pragma unroll
+        for (int h = 0; h < kSize; ++h) {
+          const uint4 four = *reinterpret_cast<const uint4*>(
+              buf + r * kStride + lb * kB * kSize + 16 * h);
+          w[4 * h] = four.x;
+          w[4 * h + 1] = four.y;
+          w[4 * h + 2] = four.z;
+          w[4 * h + 3] = four.w;
+        }
+        float v[kB];
+        Unpack<In, kB>(w, v);
+        const uint32_t raw = RawKey<kB>(v);
+        const bool has_nan = raw > kF32Inf;
+        const uint32_t key = p.use_2d ? tile_key[r / kB][lb]
+                                      : (has_nan ? NanFreeKey<kB>(v) : raw);
+        const uint32_t sdb = E4M3Byte(MulRn(__uint_as_float(key), row_factor));
+        const float enc = enc_table[0][sdb & 127u];
+        uint32_t q[4];
+        if constexpr (kSr) {
+          const int64_t l_first = at.l0 + lb * kB;
+          const uint64_t base = sr_base + SrTerm(p.sr, p.k_axis, at.k0 + r);
+          EncodeSr<kB>(
+              v, enc, key0, key1, kRowwiseStream,
+              [&](int e) {
+                return base + SrTerm(p.sr, p.sr.n - 1, l_first + e);
+              },
+              q);
+        } else if (has_nan) {
+          EncodeExact<kB>(v, enc, q);
+        } else {
+          EncodeFast<kB>(v, enc, q);
+        }
+        StoreCodes(p.row + at.x_off + r * p.cl + lb * kB, q,
+                   min(kB, at.cols - lb * kB));
+        p.row_scale[at.rs_off + r * p.clb + lb] = static_cast<uint8_t>(sdb);
+      }
+    }
+    __syncthreads();  // buffer `cur`, tile_at[cur] and tile_key are free
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+template <typename In, bool kRht, bool kSr>
+Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
+                              const Nvfp4QuantizeBuffers& buf,
+                              const SrLayout& sr, cudaStream_t stream) {
+  const Nvfp4View& v = pr.view;
+  TileParams p{};
+  p.x = buf.x;
+  p.amax = buf.amax;
+  p.col_amax = buf.col_amax;
+  p.key = buf.key;
+  p.row = buf.row;
+  p.row_scale = buf.row_scale;
+  p.col = buf.col;
+  p.col_scale = buf.col_scale;
+  p.a = v.a;
+  p.k = v.k;
+  p.c = v.c;
+  p.l = v.l;
+  p.l_blocks = CeilDiv(v.l, int64_t{kB});
+  p.k_blocks = CeilDiv(v.k, int64_t{kB});
+  p.cl = v.c * v.l;
+  p.clb = v.c * p.l_blocks;
+  p.ak = v.a * v.k;
+  p.akb = v.a * p.k_blocks;
+  p.l_tiles = static_cast<uint64_t>(CeilDiv(v.l, int64_t{kTile}));
+  p.k_tiles = static_cast<uint64_t>(CeilDiv(v.k, int64_t{kTile}));
+  p.total_tiles = static_cast<uint64_t>(v.batch) * static_cast<uint64_t>(v.a) *
+                  p.k_tiles * static_cast<uint64_t>(v.c) * p.l_tiles;
+  p.narrow = p.total_tiles <= 0xFFFFFFFFull;
+  p.rowwise = pr.rowwise;
+  p.colwise = pr.colwise;
+  p.use_2d = pr.use_2d;
+  p.vec_load = v.l % In::kVec == 0 && IsAligned(buf.x, 16);
+  p.k_axis = static_cast<int>(v.k_axis);
+  const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
+  for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];
+  p.sr = sr;
+  static const int per_sm = ResidentBlocks(TileKernel<In, kRht, kSr>, kThreads,
+                                           kQuantizeMinBlocks<kSr>);
+  const uint64_t room = static_cast<uint64_t>(SmCount()) * per_sm;
+  TileKernel<In, kRht, kSr>
+      <<<GridSize(static_cast<int64_t>(std::min(p.total_tiles, room))),
+         kThreads, 0, stream>>>(p);
+  return CheckLaunch("launching TileKernel");
+}
+
+template <typename In>
+Nvfp4LaunchStatus LaunchInput(const Nvfp4QuantizeProblem& pr,
+                              const Nvfp4QuantizeBuffers& buf,
+                              const SrLayout& sr, cudaStream_t stream) {
+  const bool sr_on = pr.stochastic_rounding;
+  if (pr.use_rht) {
+    return sr_on ? LaunchTyped<In, true, true>(pr, buf, sr, stream)
+                 : LaunchTyped<In, true, false>(pr, buf, sr, stream);
+  }
+  return sr_on ? LaunchTyped<In, false, true>(pr, buf, sr, stream)
+               : LaunchTyped<In, false, false>(pr, buf, sr, stream);
+}
+
+}  // namespace
+
+Nvfp4LaunchStatus LaunchTiles(const Nvfp4QuantizeProblem& problem,
+                              const Nvfp4QuantizeBuffers& buffers,
+                              const SrLayout& sr, cudaStream_t stream) {
+  switch (problem.view.input_type) {
+    case InputType::kF32:
+      return LaunchInput<F32In>(problem, buffers, sr, stream);
+    case InputType::kF16:
+      return LaunchInput<F16In>(problem, buffers, sr, stream);
+    case InputType::kBF16:
+      return LaunchInput<Bf16In>(problem, buffers, sr, stream);
+  }
+  return Nvfp4LaunchStatus{false, 0, "unknown input type"};
+}
+
+}  // namespace eqx_quant::cuda::nvfp4

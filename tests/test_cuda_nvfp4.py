@@ -1,0 +1,447 @@
+"""The NVFP4 CUDA kernels (`eqx_quant_nvfp4_amax_cuda`, `eqx_quant_nvfp4_quantize_cuda`) against
+the CPU kernels, byte for byte.
+
+Runs only where a CUDA device and eqx_quant's CUDA NVFP4 kernels are present (otherwise skipped
+with a reason that mentions CUDA, which `EQX_QUANT_REQUIRE_CUDA=1` turns into a failure).
+
+Every case quantizes x with `eqx_quant.quantize(x, NVFP4Quantizer(...), fa, key=..., impl="ffi")`
+on the GPU and compares every output with the same call on the CPU device (the CPU kernels, which
+are bit-exact with the pure-JAX reference: tests/test_nvfp4_kernel.py): the E2M1 codes
+(`reference._nvfp4.e2m1_codes`), the E4M3 scale bytes and the bits of each part's amax (the
+global amax of the amax op; post-RHT for an RHT colwise part). If the CPU library lacks the NVFP4
+kernels the expected bytes come from `impl="reference"` on the CPU; without a CPU backend
+(`JAX_PLATFORMS=cuda`), from `impl="reference"` on the GPU. The expected bytes of a case are
+computed once, for the fullest layout, and serve the GPU calls of every layout (a part's bytes do
+not depend on the layout).
+
+The shapes reach every kernel path: RowFastKernel (rowwise only, L % 16 == 0), RowScalarKernel
+(L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
+a 16-byte vector), partial K and L blocks and tiles, C > 1, A > 1, several tiles per CTA, empty
+tensors; AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
+stochastic rounding, alone and combined; vmapped batches (per-example amax, key). The raw op
+(`jax.ffi.ffi_call`, GPU target vs CPU target) covers what the public API does not reach
+unsharded: stochastic-rounding indices of a shard (offset, global shape), indices >= 2^32 and
+the 32-bit wrap of s + offset. A subprocess replays the ops under CUDA graphs.
+"""
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from helpers import cuda_device
+
+import eqx_quant as eqq
+from eqx_quant._ops import _ffi
+from eqx_quant.reference import _nvfp4
+
+
+OPS = ("nvfp4_amax", "nvfp4_quantize")
+CUDA = cuda_device()
+HAS_KERNEL = all(op in _ffi.native_ops("cuda") for op in OPS)
+pytestmark = pytest.mark.skipif(
+    CUDA is None or not HAS_KERNEL,
+    reason="needs a CUDA device and eqx_quant's CUDA NVFP4 kernels "
+    f"(device: {CUDA}, CUDA library: {eqq.library_paths().get('cuda')})",
+)
+
+L = eqq.QuantizeLayout
+LAYOUTS = (L.ROWWISE, L.COLWISE, L.ROWWISE_COLWISE)
+# The row kernels and the tile kernel (rowwise and colwise in one pass): the tests other than
+# test_shapes use these two layouts only, to keep the number of compilations down.
+TWO = (L.ROWWISE, L.ROWWISE_COLWISE)
+X_DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}
+MODES = {  # name: (use_2d, use_rht, stochastic_rounding)
+    "1d": (False, False, False),
+    "2d": (True, False, False),
+    "rht": (False, True, False),
+    "sr": (False, False, True),
+    "2d_sr": (True, False, True),
+    "rht_sr": (False, True, True),
+}
+
+
+def _expected_setup():
+    """(device, impl) that computes the expected bytes."""
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:
+        return CUDA, "reference"
+    return cpu, "ffi" if all(op in _ffi.native_ops("cpu") for op in OPS) else "reference"
+
+
+def _bytes(tensor):
+    """{name: uint8 / uint32 array} of every output of a quantize call."""
+    out = {}
+    for name in ("rowwise", "colwise"):
+        part = getattr(tensor, name)
+        if part is None:
+            continue
+        out[name] = _nvfp4.e2m1_codes(part.data)
+        out[name + ".scale_inv"] = lax.bitcast_convert_type(part.scale_inv, jnp.uint8)
+        out[name + ".amax"] = lax.bitcast_convert_type(part.amax, jnp.uint32)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(layout, flatten_axis, mode, impl, vmapped):
+    use_2d, use_rht, sr = MODES[mode]
+    quantizer = eqq.NVFP4Quantizer(
+        q_layout=layout, use_2d=use_2d, use_rht=use_rht, stochastic_rounding=sr
+    )
+
+    def one(x, key):
+        return _bytes(eqq.quantize(x, quantizer, flatten_axis, key=key if sr else None, impl=impl))
+
+    return jax.jit(jax.vmap(one) if vmapped else one)
+
+
+def _keys(seed, vmapped, batch):
+    key = jax.random.key(seed)
+    return jax.random.split(key, batch) if vmapped else key
+
+
+def _assert_same_bytes(got, want, what):
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    g = np.ascontiguousarray(got).reshape(-1)
+    w = np.ascontiguousarray(want).reshape(-1)
+    bad = np.flatnonzero(g != w)
+    if bad.size:
+        index = np.unravel_index(bad[0], got.shape) if got.ndim else ()
+        raise AssertionError(
+            f"{what}: {bad.size} of {g.size} elements differ; first at {index}: "
+            f"got {int(g[bad[0]]):#x}, want {int(w[bad[0]]):#x}"
+        )
+
+
+def _check(x_np, flatten_axis=-1, mode="1d", layouts=LAYOUTS, vmapped=False, seed=0):
+    """GPU impl="ffi" == the expected bytes, for each layout."""
+    _, use_rht, _ = MODES[mode]
+    per_example_rank = x_np.ndim - (1 if vmapped else 0)
+    if per_example_rank < 2:  # no colwise blocks without an axis before the last
+        layouts = tuple(lay for lay in layouts if not lay.has_colwise)
+    if use_rht:  # the RHT applies to a colwise part only
+        layouts = tuple(lay for lay in layouts if lay.has_colwise)
+    full = L.ROWWISE_COLWISE if per_example_rank >= 2 else L.ROWWISE
+    keys = _keys(seed, vmapped, x_np.shape[0] if vmapped else 1)
+    device, impl = _expected_setup()
+    with jax.default_device(device):
+        want = _jitted(full, flatten_axis, mode, impl, vmapped)(
+            jax.device_put(x_np, device), jax.device_put(keys, device)
+        )
+        want = {k: np.asarray(v) for k, v in want.items()}
+    x_gpu = jax.device_put(x_np, CUDA)
+    keys_gpu = jax.device_put(keys, CUDA)
+    for layout in layouts:
+        with jax.default_device(CUDA):
+            got = _jitted(layout, flatten_axis, mode, "ffi", vmapped)(x_gpu, keys_gpu)
+            got = {k: np.asarray(v) for k, v in got.items()}
+        what = (
+            f"x {x_np.dtype}{list(x_np.shape)} fa={flatten_axis} {mode} {layout.name} "
+            f"vmap={vmapped} (expected: {impl} on {device.platform})"
+        )
+        names = {
+            k
+            for k in want
+            if (layout.has_rowwise or not k.startswith("rowwise"))
+            and (layout.has_colwise or not k.startswith("colwise"))
+        }
+        assert set(got) == names, f"{what}: outputs {sorted(got)}"
+        for name in got:
+            _assert_same_bytes(got[name], want[name], f"{what}: {name}")
+
+
+def _random(shape, dtype, seed=0, scale=3.0):
+    """Normal values with a per-row spread of magnitudes (different block scales)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
+    if x.size and len(shape) >= 1:
+        x *= np.exp2(rng.integers(-12, 12, size=shape[:-1] + (1,))).astype(np.float32)
+    return np.array(jnp.asarray(x, dtype))  # a writable copy
+
+
+# (shape, flatten_axis, x dtype, modes). kVec (elements per 16 bytes): 8 for bf16 / f16, 4 for f32.
+SHAPES = [
+    ((32, 64), -1, "bf16", ("1d", "2d", "rht", "sr")),  # A=1, K=32, L=64
+    ((32, 64), -1, "f32", ("1d", "2d", "rht_sr")),
+    ((2, 64, 32), -1, "f16", ("1d", "2d", "rht")),  # A=2
+    ((64, 2, 32), -2, "bf16", ("1d", "2d", "rht", "2d_sr")),  # K=64, C=2, L=32
+    ((32, 256, 128), -1, "bf16", ("1d", "rht", "sr")),  # A=32, K=256
+    ((32, 256, 128), -2, "f32", ("1d", "2d", "rht")),  # K=32, C=256, L=128
+    ((7, 13), -1, "bf16", ("1d", "2d", "sr", "2d_sr")),  # scalar rows, scalar tile loads
+    ((7, 13), -1, "f32", ("1d", "2d")),
+    ((33, 65), -1, "f32", ("1d", "2d", "sr")),  # partial K and L blocks and tiles
+    ((33, 65), -1, "f16", ("1d", "2d")),
+    ((16, 48), -1, "bf16", ("1d", "rht", "rht_sr")),
+    ((32, 13), -1, "bf16", ("rht",)),  # RhtAmaxKernel with single columns
+    ((32, 13), -1, "f32", ("rht",)),
+    ((64, 2048), -1, "bf16", ("1d", "2d", "rht", "sr")),  # several tiles per CTA
+    ((64, 2048), -1, "f32", ("rht",)),
+    ((3, 32, 40), -2, "bf16", ("1d", "2d", "sr")),  # K=3, C=32, L=40
+    ((3, 32, 40), -2, "f32", ("1d", "2d")),
+    ((3, 5, 36), -2, "bf16", ("1d", "2d")),  # L=36: scalar tile loads, C=5
+    ((2, 40, 3, 64), -2, "f16", ("1d", "2d", "sr")),  # A=2, K=40 (partial), C=3
+    ((2, 48, 3, 64), -2, "bf16", ("rht", "rht_sr")),
+    ((13,), -1, "bf16", ("1d", "sr")),  # rank 1: rowwise only
+    ((100,), -1, "f32", ("1d",)),
+    ((5, 96), -1, "bf16", ("1d",)),
+    ((0, 16), -1, "bf16", ("1d", "2d")),
+    ((16, 0), -1, "f32", ("1d",)),
+    ((2, 0, 64), -2, "f16", ("1d",)),
+    ((8192, 1024), -1, "bf16", ("1d", "rht")),
+    ((4096, 4096), -1, "bf16", ("1d", "2d", "sr")),
+]
+CASES = [(s, fa, x, m) for s, fa, x, modes in SHAPES for m in modes]
+
+
+@pytest.mark.parametrize(
+    "shape,flatten_axis,x_name,mode", CASES, ids=[f"{s}-{fa}-{x}-{m}" for s, fa, x, m in CASES]
+)
+def test_shapes(shape, flatten_axis, x_name, mode):
+    x = _random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
+    _check(x, flatten_axis, mode, seed=sum(shape))
+
+
+@pytest.mark.parametrize("x_name", sorted(X_DTYPES))
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_dtypes(x_name, mode):
+    """Every input type x mode on a tile-kernel shape with C > 1 and a fast-rowwise one."""
+    _check(_random((64, 3, 96), X_DTYPES[x_name], seed=5), -2, mode, TWO, seed=5)
+    _check(_random((48, 160), X_DTYPES[x_name], seed=6), -1, mode, TWO, seed=6)
+
+
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+def test_all_16bit_patterns(kind):
+    """All 65536 bit patterns (NaNs, infinities, subnormals, both zeros), in order (blocks of
+    neighbouring patterns) and shuffled (NaNs and infinities inside ordinary blocks)."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    dtype = ml_dtypes.bfloat16 if kind == "bf16" else np.float16
+    shuffled = np.random.default_rng(11).permutation(bits)
+    for x in (bits.reshape(512, 128).view(dtype), shuffled.reshape(512, 128).view(dtype)):
+        for mode in ("1d", "2d", "rht", "sr"):
+            _check(x, -1, mode, TWO)
+    # Finite patterns only: a finite amax (the inf above makes the global scale 1).
+    finite = bits[np.isfinite(bits.view(dtype).astype(np.float32))]
+    finite = np.resize(np.random.default_rng(12).permutation(finite), 512 * 128)
+    _check(finite.reshape(512, 128).view(dtype), -1, "1d", TWO)
+    _check(finite.reshape(512, 128).view(dtype), -1, "rht", TWO)
+
+
+def _special_values():
+    """(64, 96) f32: whole blocks (rowwise and colwise) of special cases."""
+    rng = np.random.default_rng(7)
+    sub = np.array([1, 2, 3, 0x7FFFFF, 0x400000, 0x123456], np.uint32).view(np.float32)
+    specials = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 6.0, -6.0, 5.0, 5.5, 0.25, 0.75, 1.25, 1.75, 2.5,
+         3.5, 448.0, 2688.0, 3.4e38, -3.4e38, 65504.0, 2.0**-118, 2.0**-126, 2.0**-127],
+        np.float32,
+    )
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    x[0:8] = rng.choice(np.concatenate([specials, sub]), size=(8, 96))
+    x[8, :16] = np.nan  # a block of NaNs only: block amax 0
+    x[9, :16] = 0.0
+    x[9, 16:32] = -0.0
+    x[10, :16] = rng.choice(sub, 16) * rng.choice([-1.0, 1.0], 16).astype(np.float32)
+    x[11, :16] = np.inf
+    x[11, 1] = 3.0e38
+    x[11, 2] = -1.5
+    x[12, :16] = -np.inf
+    x[14, :] = 3.4e38
+    x[16:48, 40] = np.nan  # colwise: a column of NaNs, of subnormals, of infinities, of zeros
+    x[16:48, 41] = rng.choice(sub, 32)
+    x[16:48, 42] = np.inf
+    x[16:32, 43] = -0.0
+    x[16:32, 44] = 0.0
+    x[48:64, :] *= np.float32(2.0**-120)
+    bits = x.view(np.uint32)
+    bits[20, 50:58] = [0x7F800001, 0xFF800001, 0x7FC00001, 0xFFFFFFFF, 1, 0x80000001, 0, 0x80000000]
+    return x
+
+
+@pytest.mark.parametrize("x_name", sorted(X_DTYPES))
+def test_special_values(x_name):
+    with np.errstate(over="ignore", invalid="ignore"):  # f16 / bf16 overflow to inf
+        x = _special_values().astype(np.dtype(X_DTYPES[x_name]))
+    finite = np.where(np.isfinite(x), x, np.zeros_like(x))
+    for mode in ("1d", "2d", "rht", "sr"):
+        _check(x, -1, mode, TWO)
+        _check(x.reshape(64, 3, 32), -2, mode, TWO)  # C = 3
+        _check(finite, -1, mode, TWO)  # a finite global amax
+
+
+@pytest.mark.parametrize("mode", ["1d", "2d", "rht", "sr"])
+def test_global_amax_edges(mode):
+    """amax 0 (all zeros, all NaN, zeros of both signs), amax inf, amax at the f32 extremes."""
+    zeros = np.zeros((32, 48), np.float32)
+    signed = zeros.copy()
+    signed[::2] = -0.0
+    nans = np.full((32, 48), np.nan, np.float32)
+    infs = _random((32, 48), jnp.float32, seed=9)
+    infs[3, 5] = np.inf
+    infs[17, 40] = -np.inf
+    huge = _random((32, 48), jnp.float32, seed=10) * np.float32(4e33)  # max |x| ~1e38
+    tiny = (_random((32, 48), jnp.float32, seed=11) * np.float32(2.0**-140)).astype(np.float32)
+    for x in (zeros, signed, nans, infs, huge, tiny):
+        _check(x, -1, mode, TWO)
+        _check(x.astype(jnp.bfloat16), -1, mode, TWO)
+
+
+@pytest.mark.parametrize("mode", ["1d", "2d", "rht", "sr", "rht_sr"])
+def test_vmap(mode):
+    """A leading vmapped batch: each example has its own amax (and key) and is blocked alone."""
+    x = _random((3, 64, 96), jnp.bfloat16, seed=3)
+    x[1] *= 100
+    x[2] = 0
+    _check(x, -1, mode, TWO, vmapped=True, seed=3)
+    x32 = _random((2, 48, 3, 32), jnp.float32, seed=4)
+    x32[0, 5, 1, 7] = np.inf
+    _check(x32, -2, mode, TWO, vmapped=True, seed=4)
+    if mode not in ("rht", "rht_sr"):  # K = 33
+        _check(_random((3, 33, 20), jnp.float16, seed=8), -1, mode, TWO, vmapped=True, seed=8)
+    if mode in ("1d", "sr"):  # rank-1 examples: rowwise only
+        _check(_random((4, 40), jnp.bfloat16, seed=2), -1, mode, TWO, vmapped=True, seed=2)
+
+
+def _ffi_quantize(platform, x, amax, col_amax, key, offset, global_shape, *, n_batch, fa,
+                  rowwise, colwise, use_2d, use_rht, sr):
+    """The raw eqx_quant_nvfp4_quantize_<platform> op on arrays of that platform (uint8 outputs)."""
+    batch, s = x.shape[:n_batch], x.shape[n_batch:]
+    lb, kb = -(-s[-1] // 16), -(-s[fa - 1] // 16)
+    shapes = (
+        batch + s if rowwise else (0,),
+        batch + s[:-1] + (lb,) if rowwise else (0,),
+        batch + s[fa:] + s[:fa] if colwise else (0,),
+        batch + s[fa:] + s[: fa - 1] + (kb,) if colwise else (0,),
+    )
+    call = jax.ffi.ffi_call(
+        f"eqx_quant_nvfp4_quantize_{platform}",
+        tuple(jax.ShapeDtypeStruct(sh, jnp.uint8) for sh in shapes),
+        vmap_method=None,
+    )
+    out = call(
+        x, amax, col_amax, key, offset,
+        n_batch=np.int64(n_batch),
+        block_axis=np.int64(n_batch + fa - 1),
+        rowwise=bool(rowwise),
+        colwise=bool(colwise),
+        use_2d=bool(use_2d),
+        use_rht=bool(use_rht),
+        rht_sign_mask=np.int64(0xD7E8),
+        stochastic_rounding=bool(sr),
+        global_shape=np.asarray(global_shape, np.int64),
+    )
+    return [np.asarray(o) for o in out]
+
+
+# (x shape with n_batch leading dims, n_batch, fa, offset, global shape, use_2d, use_rht)
+SHARDED = [
+    ((33, 40), 0, 1, (5, 7), (100, 64), False, False),  # tile kernel, partial blocks
+    ((3, 32, 40), 0, 1, (1, 16, 0), (8, 64, 40), True, False),  # C = 32, 2D
+    ((64, 48), 0, 1, (64, 0), (256, 48), False, True),  # RHT
+    ((2, 16, 32), 1, 1, (69000, 1000), (70000, 70000), False, False),  # index >= 2^32
+    ((16, 32), 0, 1, (-3, 2**31 - 9), (16, 2**31), False, False),  # 32-bit wrap of s + offset
+]
+
+
+SR_INDEX_CASES = [
+    (case, parts) for case in SHARDED for parts in ("rows", "both") if parts == "both" or
+    not (case[5] or case[6])  # rows: the rowwise-only kernels (1D)
+]
+
+
+@pytest.mark.parametrize(
+    "case,parts", SR_INDEX_CASES, ids=[f"{c[:5]}-{p}" for c, p in SR_INDEX_CASES]
+)
+def test_stochastic_rounding_index(case, parts):
+    """SR words from ravel(s + offset, global_shape) (a shard of a larger tensor), batched keys,
+    row kernels and tile kernel: the raw op on the GPU == the raw op on the CPU."""
+    shape, n_batch, fa, offset, global_shape, use_2d, use_rht = case
+    x = _random(shape, jnp.bfloat16, seed=21)
+    batch = shape[:n_batch]
+    amax = np.full(batch + (1,), np.float32(np.max(np.abs(x.astype(np.float32)))))
+    col_amax = amax * np.float32(1.5)
+    key = np.arange(2 * int(np.prod(batch)), dtype=np.uint32).reshape(batch + (2,)) + 7
+    args = [x, amax, col_amax, key, np.asarray(offset, np.int32)]
+    flags = dict(n_batch=n_batch, fa=fa, rowwise=True, colwise=parts == "both", use_2d=use_2d,
+                 use_rht=use_rht, sr=True)
+    device, impl = _expected_setup()
+    if impl != "ffi":
+        pytest.skip("needs the CPU NVFP4 kernels for the expected bytes")
+    with jax.default_device(device):
+        want = _ffi_quantize("cpu", *[jax.device_put(a, device) for a in args],
+                             global_shape, **flags)
+    with jax.default_device(CUDA):
+        got = _ffi_quantize("cuda", *[jax.device_put(a, CUDA) for a in args],
+                            global_shape, **flags)
+    for name, g, w in zip(("row", "row_scale", "col", "col_scale"), got, want):
+        _assert_same_bytes(g, w, f"{shape} offset={offset} {parts}: {name}")
+
+
+_GRAPH_CODE = textwrap.dedent(
+    """
+    import hashlib
+    import jax, jax.numpy as jnp, numpy as np
+    from jax import lax
+    import eqx_quant as eqq
+
+    def byte_views(t):
+        out = []
+        for part in (t.rowwise, t.colwise):
+            if part is not None:
+                out.append(lax.bitcast_convert_type(part.data, jnp.uint4).astype(jnp.uint8))
+                out.append(lax.bitcast_convert_type(part.scale_inv, jnp.uint8))
+                out.append(lax.bitcast_convert_type(part.amax, jnp.uint32))
+        return out
+
+    def run():
+        x = jnp.asarray(np.random.default_rng(1).standard_normal((512, 384)) * 3, jnp.bfloat16)
+        key = jax.random.key(3)
+        out = []
+        quantizers = (
+            eqq.NVFP4Quantizer(q_layout=eqq.QuantizeLayout.ROWWISE),
+            eqq.NVFP4Quantizer(use_rht=True),
+            eqq.NVFP4Quantizer(use_2d=True, stochastic_rounding=True),
+        )
+        for q in quantizers:
+            k = key if q.stochastic_rounding else None
+            f = jax.jit(lambda x: byte_views(eqq.quantize(jnp.sin(x) * 2, q, key=k, impl="ffi")))
+            g = jax.jit(lambda x: byte_views(eqq.quantize(x[:, :-16] + 1, q, key=k, impl="ffi")))
+            for _ in range(3):  # the first run records the graph, later ones replay it
+                out.append(f(x))
+                out.append(g(x))
+        h = hashlib.sha256()
+        for leaf in jax.tree.leaves(out):
+            h.update(np.asarray(leaf).tobytes())
+        return h.hexdigest()
+    """
+)
+
+
+def test_cuda_graphs_give_the_same_bytes():
+    """Under XLA command buffers with every op captured (--xla_gpu_graph_min_graph_size=1; the
+    handlers are kCmdBufferCompatible, the amax kernel uses programmatic dependent launch) the
+    bytes equal those of this process."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_graph_min_graph_size=1").strip()
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    proc = subprocess.run(
+        [sys.executable, "-c", _GRAPH_CODE + "\nprint('DIGEST', run())\n"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("DIGEST")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    namespace = {}
+    exec(_GRAPH_CODE, namespace)
+    with jax.default_device(CUDA):
+        plain = namespace["run"]()
+    assert lines[-1].split()[1] == plain
