@@ -146,12 +146,13 @@ def _dequantize_stored(data, scale_inv, amax, meta: _Meta):
         # Rowwise scales run along the last axis; colwise ones along fa - 1 (both N layout).
         axis = lead + meta.flatten_axis - 1 if meta.is_colwise else -1
         return _blocks.mxfp8_dequantize(data, _mx.byte_view(scale_inv), axis, meta.dq_dtype)
-    codes = _nvfp4.e2m1_codes(data)
-    n_blocks = scale_inv.shape[-1]
-    a = amax.reshape(amax.shape[:-1] + (1,) * ndim)
-    a = jnp.broadcast_to(a, codes.shape[:-1] + (n_blocks,))
+    per_example = amax.reshape(amax.shape[:-1] + (1,) * ndim)  # broadcasts over blocks
     return _blocks.nvfp4_dequantize(
-        codes, _mx.byte_view(scale_inv), a, meta.dq_dtype, meta.rht_sign_mask
+        _nvfp4.e2m1_codes(data),
+        _mx.byte_view(scale_inv),
+        per_example,
+        meta.dq_dtype,
+        meta.rht_sign_mask,
     )
 
 

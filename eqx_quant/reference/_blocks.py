@@ -246,7 +246,8 @@ def nvfp4_dequantize(
 ) -> Float[Array, "..."]:
     """An NVFP4 part in its stored layout (blocks along the last axis) back to `dq_dtype`,
     with the inverse RHT on each block when `rht_sign_mask` is given. `amax` is the global
-    amax of one example, or one per block (`scale`'s shape) for a batch of examples."""
+    amax, broadcastable to `scale` (one per example for a batch of examples); its decode
+    scale is computed before broadcasting, once per example."""
     lead, length = codes.shape[:-1], codes.shape[-1]
     t = _nvfp4.NVFP4_BLOCK
     qb = _pad_to(codes, codes.ndim - 1, t).reshape(-1, t)
@@ -254,7 +255,7 @@ def nvfp4_dequantize(
     out = _nvfp4._nv_decode_core(
         qb,
         scale.reshape(-1),
-        jnp.broadcast_to(amax, scale.shape).reshape(n_blocks),
+        jnp.broadcast_to(_nvfp4.global_decode_scale(amax), scale.shape).reshape(n_blocks),
         rht_mask=rht_sign_mask,
     )
     out = _unblock(out.reshape(-1), lead, length, t)

@@ -134,12 +134,18 @@ def nvfp4_encode_blocks(
     return _nv_encode_core(xb, amax_b, amax_g)
 
 
-def _nv_decode_core(codes, sdb, amax, rht_mask: int | None):
-    """float32 values of (B, 16) codes with (B,) scale bytes and (B,) global amaxes; with
-    `rht_mask`, each block (an RHT group of the T layout) also goes through the inverse RHT."""
+def global_decode_scale(amax_g: Float[Array, "*b"]) -> Float[Array, "*b"]:
+    """`fl(amax_g / 2688)`: the per-tensor factor of the dequantization (TE's
+    `tensor_scale_inv`). Computed once per tensor, then broadcast to the blocks."""
+    return divide_rolled(amax_g, jnp.full_like(amax_g, GLOBAL_ENC_NUMERATOR))
+
+
+def _nv_decode_core(codes, sdb, tsi, rht_mask: int | None):
+    """float32 values of (B, 16) codes with (B,) scale bytes and (B,) global decode scales
+    (`global_decode_scale` of each block's tensor); with `rht_mask`, each block (an RHT group
+    of the T layout) also goes through the inverse RHT."""
     q = decode_e2m1(codes)
     s = jnp.broadcast_to(decode_e4m3(sdb)[:, None], q.shape)
-    tsi = divide_rolled(amax, jnp.full_like(amax, GLOBAL_ENC_NUMERATOR))
     y = multiply(multiply(q, s), jnp.broadcast_to(tsi[:, None], q.shape))
     if rht_mask is not None:
         y = _apply_16(y, rht_matrix(rht_mask).T)
@@ -301,11 +307,11 @@ def _dequantize(data, scale_inv, amax, dq_dtype, rht_mask):
         if k % RHT_SIZE:
             raise ValueError(f"RHT data needs a multiple of {RHT_SIZE} columns, got {data.shape}")
     codes = jnp.pad(e2m1_codes(data), ((0, 0), (0, kb * NVFP4_BLOCK - k)))
-    a = jnp.asarray(amax, jnp.float32).reshape(())
+    tsi = global_decode_scale(jnp.asarray(amax, jnp.float32).reshape(()))
     out = _nv_decode_core(
         codes.reshape(-1, NVFP4_BLOCK),
         byte_view(scale_inv).reshape(-1),
-        jnp.full((r * kb,), a),
+        jnp.full((r * kb,), tsi),
         rht_mask=rht_mask,
     )
     return round_to_dtype(out.reshape(r, kb * NVFP4_BLOCK)[:, :k], dq_dtype)
