@@ -15,23 +15,7 @@ namespace {
 
 namespace ffi = xla::ffi;
 
-constexpr char kOpPrefix[] = "eqx_quant_fp8_quantize: ";
-
-ffi::Error InvalidArgument(const std::string& message) {
-  return ffi::Error::InvalidArgument(kOpPrefix + message);
-}
-
-// Error if `dims` differs from `expected`; `what` says how `expected` was
-// derived, for the message.
-std::optional<ffi::Error> CheckShape(const char* name,
-                                     ffi::Span<const int64_t> dims,
-                                     const std::vector<int64_t>& expected,
-                                     const std::string& what) {
-  if (dims == ffi::Span<const int64_t>(expected)) return std::nullopt;
-  return InvalidArgument(std::string(name) + " has shape " + ShapeString(dims) +
-                         " but expected " + ShapeString(expected) + " (" +
-                         what + ")");
-}
+const OperandErrors kErrors("eqx_quant_fp8_quantize");
 
 std::vector<int64_t> Concat(
     std::initializer_list<ffi::Span<const int64_t>> parts) {
@@ -80,7 +64,7 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
       problem.input_type = InputType::kBF16;
       break;
     default:
-      return InvalidArgument("x has element type " +
+      return kErrors.Fail("x has element type " +
                              DataTypeName(x.element_type()) +
                              " but expected f32, f16 or bf16");
   }
@@ -89,30 +73,30 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   const ffi::Span<const int64_t> x_dims = x.dimensions();
   const int64_t x_rank = static_cast<int64_t>(x_dims.size());
   if (attrs.n_batch < 0 || attrs.n_batch > x_rank) {
-    return InvalidArgument("n_batch=" + std::to_string(attrs.n_batch) +
+    return kErrors.Fail("n_batch=" + std::to_string(attrs.n_batch) +
                            " is out of range [0, " + std::to_string(x_rank) +
                            "] for x of shape " + ShapeString(x_dims));
   }
   const int64_t example_rank = x_rank - attrs.n_batch;
   if (attrs.flatten_axis < 0 || attrs.flatten_axis > example_rank) {
-    return InvalidArgument(
+    return kErrors.Fail(
         "flatten_axis=" + std::to_string(attrs.flatten_axis) +
         " is out of range [0, " + std::to_string(example_rank) +
         "] for x of shape " + ShapeString(x_dims) +
         " with n_batch=" + std::to_string(attrs.n_batch));
   }
   if (attrs.dbias_keep < 0 || attrs.dbias_keep > attrs.flatten_axis) {
-    return InvalidArgument("dbias_keep=" + std::to_string(attrs.dbias_keep) +
+    return kErrors.Fail("dbias_keep=" + std::to_string(attrs.dbias_keep) +
                            " is out of range [0, flatten_axis=" +
                            std::to_string(attrs.flatten_axis) + "]");
   }
   if (attrs.dbias_split < 1 ||
       (attrs.dbias_split > 1 && attrs.dbias_keep >= attrs.flatten_axis)) {
-    return InvalidArgument("dbias_split=" + std::to_string(attrs.dbias_split) +
+    return kErrors.Fail("dbias_split=" + std::to_string(attrs.dbias_split) +
                            " must be >= 1, and 1 when no axis is reduced");
   }
   if (!attrs.rowwise && !attrs.colwise) {
-    return InvalidArgument(
+    return kErrors.Fail(
         "rowwise and colwise are both false; at least one is required");
   }
 
@@ -133,15 +117,15 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   // Per-example operands.
   const std::vector<int64_t> per_example = Concat({batch_dims, one});
   if (auto error =
-          CheckShape("scale", scale.dimensions(), per_example, "B + (1,)")) {
+          kErrors.Shape("scale", scale.dimensions(), per_example, "B + (1,)")) {
     return *error;
   }
-  if (auto error = CheckShape("scale_inv", scale_inv.dimensions(), per_example,
+  if (auto error = kErrors.Shape("scale_inv", scale_inv.dimensions(), per_example,
                               "B + (1,)")) {
     return *error;
   }
   if (auto error =
-          CheckShape("amax", amax.dimensions(), per_example, "B + (1,)")) {
+          kErrors.Shape("amax", amax.dimensions(), per_example, "B + (1,)")) {
     return *error;
   }
 
@@ -149,21 +133,21 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   const std::string rowwise_note = "rowwise=" + BoolString(attrs.rowwise);
   const std::string colwise_note = "colwise=" + BoolString(attrs.colwise);
   if (attrs.rowwise) {
-    if (auto error = CheckShape("row", row.dimensions(), Concat({x_dims}),
+    if (auto error = kErrors.Shape("row", row.dimensions(), Concat({x_dims}),
                                 "B + S, " + rowwise_note)) {
       return *error;
     }
-  } else if (auto error = CheckShape("row", row.dimensions(), empty_shape,
+  } else if (auto error = kErrors.Shape("row", row.dimensions(), empty_shape,
                                      rowwise_note)) {
     return *error;
   }
   if (attrs.colwise) {
-    if (auto error = CheckShape(
+    if (auto error = kErrors.Shape(
             "col", col.dimensions(), Concat({batch_dims, col_dims, row_dims}),
             "B + S[flatten_axis:] + S[:flatten_axis], " + colwise_note)) {
       return *error;
     }
-  } else if (auto error = CheckShape("col", col.dimensions(), empty_shape,
+  } else if (auto error = kErrors.Shape("col", col.dimensions(), empty_shape,
                                      colwise_note)) {
     return *error;
   }
@@ -174,12 +158,12 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   const char* fp8_source = attrs.rowwise ? "row" : "col";
   std::optional<Fp8Format> format = Fp8FormatOf(fp8_type);
   if (!format.has_value()) {
-    return InvalidArgument(std::string(fp8_source) + " has element type " +
+    return kErrors.Fail(std::string(fp8_source) + " has element type " +
                            DataTypeName(fp8_type) +
                            " but expected f8e4m3fn or f8e5m2");
   }
   if (attrs.rowwise && attrs.colwise && col.element_type() != fp8_type) {
-    return InvalidArgument("col has element type " +
+    return kErrors.Fail("col has element type " +
                            DataTypeName(col.element_type()) + " but expected " +
                            DataTypeName(fp8_type) +
                            " (the element type of row)");
@@ -191,13 +175,13 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
     if (attrs.dbias_split > 1 &&
         (reduced_dims[0] % attrs.dbias_split != 0 ||
          (attrs.dbias_split & (attrs.dbias_split - 1)) != 0)) {
-      return InvalidArgument(
+      return kErrors.Fail(
           "dbias_split=" + std::to_string(attrs.dbias_split) +
           " must be a power of two dividing the length " +
           std::to_string(reduced_dims[0]) + " of the split axis S[dbias_keep]");
     }
     const std::vector<int64_t> split = {attrs.dbias_split};
-    if (auto error = CheckShape(
+    if (auto error = kErrors.Shape(
             "dbias", dbias.dimensions(),
             Concat({batch_dims, kept_dims, split, col_dims}),
             "B + S[:dbias_keep] + (dbias_split,) + S[flatten_axis:], "
@@ -205,7 +189,7 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
                 std::to_string(attrs.dbias_keep) + ", " + dbias_note)) {
       return *error;
     }
-  } else if (auto error = CheckShape("dbias", dbias.dimensions(), empty_shape,
+  } else if (auto error = kErrors.Shape("dbias", dbias.dimensions(), empty_shape,
                                      dbias_note)) {
     return *error;
   }

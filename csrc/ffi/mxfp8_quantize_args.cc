@@ -16,32 +16,7 @@ namespace {
 
 namespace ffi = xla::ffi;
 
-constexpr char kOpPrefix[] = "eqx_quant_mxfp8_quantize: ";
-
-ffi::Error InvalidArgument(const std::string& message) {
-  return ffi::Error::InvalidArgument(kOpPrefix + message);
-}
-
-// Error if `dims` differs from `expected`; `what` says how `expected` was
-// derived, for the message.
-std::optional<ffi::Error> CheckShape(const char* name,
-                                     ffi::Span<const int64_t> dims,
-                                     const std::vector<int64_t>& expected,
-                                     const std::string& what) {
-  if (dims == ffi::Span<const int64_t>(expected)) return std::nullopt;
-  return InvalidArgument(std::string(name) + " has shape " + ShapeString(dims) +
-                         " but expected " + ShapeString(expected) + " (" +
-                         what + ")");
-}
-
-// Error if `type` differs from `expected`; `what` names the expectation.
-std::optional<ffi::Error> CheckType(const char* name, ffi::DataType type,
-                                    ffi::DataType expected,
-                                    const std::string& what) {
-  if (type == expected) return std::nullopt;
-  return InvalidArgument(std::string(name) + " has element type " +
-                         DataTypeName(type) + " but expected " + what);
-}
+const OperandErrors kErrors("eqx_quant_mxfp8_quantize");
 
 int64_t Product(ffi::Span<const int64_t> dims) {
   int64_t product = 1;
@@ -84,31 +59,31 @@ ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
   // Input.
   const std::optional<InputType> input_type = InputTypeOf(x.element_type());
   if (!input_type.has_value()) {
-    return InvalidArgument("x has element type " +
+    return kErrors.Fail("x has element type " +
                            DataTypeName(x.element_type()) +
                            " but expected f32, f16 or bf16");
   }
   const ffi::Span<const int64_t> x_dims = x.dimensions();
   const int64_t rank = static_cast<int64_t>(x_dims.size());
   if (rank < 1) {
-    return InvalidArgument("x has shape " + ShapeString(x_dims) +
+    return kErrors.Fail("x has shape " + ShapeString(x_dims) +
                            " but expected rank >= 1");
   }
 
   // Attributes.
   if (!attrs.rowwise && !attrs.colwise) {
-    return InvalidArgument(
+    return kErrors.Fail(
         "rowwise and colwise are both false; at least one is required");
   }
   if (attrs.colwise && (attrs.block_axis < 0 || attrs.block_axis > rank - 2)) {
-    return InvalidArgument(
+    return kErrors.Fail(
         "block_axis=" + std::to_string(attrs.block_axis) +
         " but expected 0 <= block_axis <= rank - 2 = " +
         std::to_string(rank - 2) + " for x of shape " + ShapeString(x_dims) +
         " with colwise=true (colwise blocks need an axis before the last)");
   }
   if (!attrs.colwise && attrs.block_axis != -1) {
-    return InvalidArgument("block_axis=" + std::to_string(attrs.block_axis) +
+    return kErrors.Fail("block_axis=" + std::to_string(attrs.block_axis) +
                            " but expected -1 with colwise=false");
   }
 
@@ -124,12 +99,12 @@ ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
       attrs.rowwise ? x_shape : empty_shape;
   const std::vector<int64_t>& row_scale_expected =
       attrs.rowwise ? row_scale_shape : empty_shape;
-  if (auto error = CheckShape(
+  if (auto error = kErrors.Shape(
           "row", row.dimensions(), row_expected,
           attrs.rowwise ? "x's shape, " + rowwise_note : rowwise_note)) {
     return *error;
   }
-  if (auto error = CheckShape("row_scale", row_scale.dimensions(),
+  if (auto error = kErrors.Shape("row_scale", row_scale.dimensions(),
                               row_scale_expected,
                               attrs.rowwise ? "x.shape[:-1] + (ceil(L/32),), " +
                                                   rowwise_note
@@ -148,12 +123,12 @@ ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
       attrs.colwise ? x_shape : empty_shape;
   const std::vector<int64_t>& col_scale_expected =
       attrs.colwise ? col_scale_shape : empty_shape;
-  if (auto error = CheckShape(
+  if (auto error = kErrors.Shape(
           "col", col.dimensions(), col_expected,
           attrs.colwise ? "x's shape, " + colwise_note : colwise_note)) {
     return *error;
   }
-  if (auto error = CheckShape(
+  if (auto error = kErrors.Shape(
           "col_scale", col_scale.dimensions(), col_scale_expected,
           attrs.colwise ? "x's shape with dim block_axis=" +
                               std::to_string(attrs.block_axis) +
@@ -168,25 +143,25 @@ ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
   const char* fp8_source = attrs.rowwise ? "row" : "col";
   const std::optional<Fp8Format> format = Fp8FormatOf(fp8_type);
   if (!format.has_value()) {
-    return InvalidArgument(std::string(fp8_source) + " has element type " +
+    return kErrors.Fail(std::string(fp8_source) + " has element type " +
                            DataTypeName(fp8_type) +
                            " but expected f8e4m3fn or f8e5m2");
   }
   if (attrs.rowwise && attrs.colwise) {
-    if (auto error = CheckType("col", col.element_type(), fp8_type,
+    if (auto error = kErrors.Type("col", col.element_type(), fp8_type,
                                DataTypeName(fp8_type) +
                                    " (the element type of row)")) {
       return *error;
     }
   }
   if (attrs.rowwise) {
-    if (auto error = CheckType("row_scale", row_scale.element_type(),
+    if (auto error = kErrors.Type("row_scale", row_scale.element_type(),
                                ffi::DataType::U8, "u8 (E8M0 bytes)")) {
       return *error;
     }
   }
   if (attrs.colwise) {
-    if (auto error = CheckType("col_scale", col_scale.element_type(),
+    if (auto error = kErrors.Type("col_scale", col_scale.element_type(),
                                ffi::DataType::U8, "u8 (E8M0 bytes)")) {
       return *error;
     }

@@ -31,14 +31,10 @@ int64_t Product(Dims dims) {
   return product;
 }
 
-// Builds the errors of one op: every message starts with the op's name.
-class Checker {
+// The errors of one op, plus a check of a whole operand.
+class Checker : public OperandErrors {
  public:
-  explicit Checker(const char* op) : prefix_(std::string(op) + ": ") {}
-
-  ffi::Error Fail(const std::string& message) const {
-    return ffi::Error::InvalidArgument(prefix_ + message);
-  }
+  using OperandErrors::OperandErrors;
 
   // Error unless `buffer` has element type `type` and shape `expected`;
   // `what` says how `expected` was derived, for the message.
@@ -47,21 +43,11 @@ class Checker {
                                     ffi::DataType type,
                                     const std::vector<int64_t>& expected,
                                     const std::string& what) const {
-    if (buffer.element_type() != type) {
-      return Fail(std::string(name) + " has element type " +
-                  DataTypeName(buffer.element_type()) + " but expected " +
-                  DataTypeName(type));
+    if (auto error = Type(name, buffer.element_type(), type, DataTypeName(type))) {
+      return error;
     }
-    if (!(buffer.dimensions() == Dims(expected))) {
-      return Fail(std::string(name) + " has shape " +
-                  ShapeString(buffer.dimensions()) + " but expected " +
-                  ShapeString(expected) + " (" + what + ")");
-    }
-    return std::nullopt;
+    return Shape(name, buffer.dimensions(), expected, what);
   }
-
- private:
-  std::string prefix_;
 };
 
 // The input type, the batch and the (A, K, C, L) view of x. `k_needed` (null

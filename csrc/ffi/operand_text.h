@@ -1,12 +1,15 @@
 // Text for the FFI layer's operand-validation messages, shared by every op:
-// element type names, shapes and booleans as they appear in error messages.
+// element type names, shapes and booleans as they appear in error messages,
+// and OperandErrors, which builds one op's InvalidArgument errors.
 
 #ifndef EQX_QUANT_CSRC_FFI_OPERAND_TEXT_H_
 #define EQX_QUANT_CSRC_FFI_OPERAND_TEXT_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -46,6 +49,40 @@ inline std::string ShapeString(xla::ffi::Span<const int64_t> dims) {
 }
 
 inline std::string BoolString(bool value) { return value ? "true" : "false"; }
+
+// The InvalidArgument errors of one op: every message starts with "<op>: ".
+class OperandErrors {
+ public:
+  explicit OperandErrors(const char* op) : prefix_(std::string(op) + ": ") {}
+
+  xla::ffi::Error Fail(const std::string& message) const {
+    return xla::ffi::Error::InvalidArgument(prefix_ + message);
+  }
+
+  // Error if `dims` differs from `expected`; `what` says how `expected` was
+  // derived, for the message.
+  std::optional<xla::ffi::Error> Shape(const char* name,
+                                       xla::ffi::Span<const int64_t> dims,
+                                       const std::vector<int64_t>& expected,
+                                       const std::string& what) const {
+    if (dims == xla::ffi::Span<const int64_t>(expected)) return std::nullopt;
+    return Fail(std::string(name) + " has shape " + ShapeString(dims) +
+                " but expected " + ShapeString(expected) + " (" + what + ")");
+  }
+
+  // Error if `type` differs from `expected`; `what` names the expectation.
+  std::optional<xla::ffi::Error> Type(const char* name,
+                                      xla::ffi::DataType type,
+                                      xla::ffi::DataType expected,
+                                      const std::string& what) const {
+    if (type == expected) return std::nullopt;
+    return Fail(std::string(name) + " has element type " +
+                DataTypeName(type) + " but expected " + what);
+  }
+
+ private:
+  std::string prefix_;
+};
 
 }  // namespace eqx_quant
 
