@@ -12,9 +12,6 @@ reference runs on the GPU instead (it is integer arithmetic, exact on every back
 """
 
 import functools
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -23,6 +20,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from cuda_checks import assert_graph_replay_matches, assert_same_bytes
 from helpers import cuda_device
 
 import eqx_quant as eqq
@@ -87,26 +85,6 @@ def _arrays(result):
     return out
 
 
-def _bytes(a):
-    a = np.ascontiguousarray(a)
-    return a.reshape(-1).view(np.uint8)
-
-
-def _assert_same_bytes(got, want, what):
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    g, w = _bytes(got), _bytes(want)
-    bad = np.flatnonzero(g != w)
-    if bad.size:
-        item = bad[0] // max(got.dtype.itemsize, 1)
-        index = np.unravel_index(item, got.shape) if got.ndim else ()
-        raise AssertionError(
-            f"{what}: {bad.size} of {g.size} bytes differ; first at element {index}: "
-            f"got {got.reshape(-1)[item]!r} ({g[bad[0]]:#04x}), "
-            f"want {want.reshape(-1)[item]!r} ({w[bad[0]]:#04x})"
-        )
-
-
 ALL_COMBOS = tuple((layout, d) for layout in LAYOUTS for d in (False, True))
 
 
@@ -137,7 +115,7 @@ def _check(x_np, q_name, flatten_axis=-1, kind="current", scales=(1.0,), vmapped
                 expected_keys -= {k for k in expected_keys if k.startswith("colwise")}
             assert set(got) == expected_keys, f"{what}: outputs {sorted(got)}"
             for key in got:
-                _assert_same_bytes(got[key], want[key], f"{what}: {key}")
+                assert_same_bytes(got[key], want[key], f"{what}: {key}")
 
 
 def _random(shape, dtype, seed=0, scale=3.0):
@@ -267,7 +245,7 @@ def test_repeated_calls_reset_amax():
             first = [np.asarray(a) for a in jax.tree.leaves(t)]
             again = [np.asarray(a) for a in jax.tree.leaves(fn(x))]
             for a, b in zip(first, again):
-                _assert_same_bytes(a, b, "repeated call")
+                assert_same_bytes(a, b, "repeated call")
 
 
 def test_hardware_fp8_convert_equals_fp8_format():
@@ -314,18 +292,4 @@ def test_cuda_graphs_give_the_same_bytes():
     """Under XLA command buffers with every op captured (--xla_gpu_graph_min_graph_size=1;
     the handler is kCmdBufferCompatible) the results equal those of this process, whose small
     computations are not captured (default minimum graph size)."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_graph_min_graph_size=1").strip()
-    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    proc = subprocess.run(
-        [sys.executable, "-c", _GRAPH_CODE + "\nprint('DIGEST', run())\n"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("DIGEST")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    namespace = {}
-    exec(_GRAPH_CODE, namespace)
-    with jax.default_device(CUDA):
-        plain = namespace["run"]()
-    assert lines[-1].split()[1] == plain
+    assert_graph_replay_matches(_GRAPH_CODE, CUDA)

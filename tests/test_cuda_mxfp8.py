@@ -19,9 +19,6 @@ multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1 and empty tens
 """
 
 import functools
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -30,6 +27,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from cuda_checks import (
+    assert_graph_replay_matches,
+    assert_same_bytes,
+    expected_device_and_impl,
+    outputs_of,
+    spread_random,
+)
 from helpers import cuda_device
 
 import eqx_quant as eqq
@@ -51,15 +55,6 @@ LAYOUTS = (
 )
 Q_DTYPES = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
 X_DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}
-
-
-def _expected_setup():
-    """(device, impl) that computes the expected bytes."""
-    try:
-        cpu = jax.devices("cpu")[0]
-    except RuntimeError:
-        return CUDA, "reference"
-    return cpu, "ffi" if "mxfp8_quantize" in _ffi.native_ops("cpu") else "reference"
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,21 +80,6 @@ def _arrays(tensor):
     return out
 
 
-def _assert_same_bytes(got, want, what):
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    g = np.ascontiguousarray(got).reshape(-1).view(np.uint8)
-    w = np.ascontiguousarray(want).reshape(-1).view(np.uint8)
-    bad = np.flatnonzero(g != w)
-    if bad.size:
-        item = bad[0] // max(got.dtype.itemsize, 1)
-        index = np.unravel_index(item, got.shape) if got.ndim else ()
-        raise AssertionError(
-            f"{what}: {bad.size} of {g.size} bytes differ; first at element {index}: "
-            f"got {g[bad[0]]:#04x}, want {w[bad[0]]:#04x}"
-        )
-
-
 def _check(x_np, q_name, flatten_axis=-1, vmapped=False, layouts=LAYOUTS):
     """GPU impl="ffi" == the expected bytes, for each layout."""
     per_example_rank = x_np.ndim - (1 if vmapped else 0)
@@ -110,7 +90,7 @@ def _check(x_np, q_name, flatten_axis=-1, vmapped=False, layouts=LAYOUTS):
         if per_example_rank >= 2
         else eqq.QuantizeLayout.ROWWISE
     )
-    device, impl = _expected_setup()
+    device, impl = expected_device_and_impl(("mxfp8_quantize",), CUDA)
     with jax.default_device(device):
         x_ref = jax.device_put(x_np, device)
         want = _arrays(_jitted(q_name, full, flatten_axis, impl, vmapped)(x_ref))
@@ -122,27 +102,12 @@ def _check(x_np, q_name, flatten_axis=-1, vmapped=False, layouts=LAYOUTS):
             f"x {x_np.dtype}{list(x_np.shape)} fa={flatten_axis} {q_name} {layout.name} "
             f"vmap={vmapped} (expected: {impl} on {device.platform})"
         )
-        keys = {
-            k
-            for k in want
-            if (layout.has_rowwise or not k.startswith("rowwise"))
-            and (layout.has_colwise or not k.startswith("colwise"))
-        }
+        keys = outputs_of(want, layout)
         assert set(got) == keys, f"{what}: outputs {sorted(got)}"
         for key in got:
-            _assert_same_bytes(got[key], want[key], f"{what}: {key}")
+            assert_same_bytes(got[key], want[key], f"{what}: {key}")
 
 
-def _random(shape, dtype, seed=0, scale=3.0):
-    """Normal values with a per-row spread of magnitudes (different block scales)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
-    if x.size:
-        x *= np.exp2(rng.integers(-12, 12, size=shape[:-1] + (1,))).astype(np.float32)
-    return np.array(jnp.asarray(x, dtype))  # a writable copy
-
-
-# (shape, flatten_axis, x dtype, q dtype). bf16 kVec = 8, f32 kVec = 4 (elements per 16 bytes).
 SHAPES = [
     ((32, 64), -1, "bf16", "e4m3"),
     ((32, 64), -1, "f32", "e5m2"),
@@ -181,7 +146,7 @@ SHAPES = [
     "shape,flatten_axis,x_name,q_name", SHAPES, ids=[f"{s}-{fa}-{x}-{q}" for s, fa, x, q in SHAPES]
 )
 def test_shapes(shape, flatten_axis, x_name, q_name):
-    x = _random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
+    x = spread_random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
     _check(x, q_name, flatten_axis)
 
 
@@ -189,8 +154,8 @@ def test_shapes(shape, flatten_axis, x_name, q_name):
 @pytest.mark.parametrize("q_name", sorted(Q_DTYPES))
 def test_dtypes(x_name, q_name):
     """Every input x FP8 type on a tile-kernel shape (rowwise in the tile) and a scalar one."""
-    _check(_random((64, 3, 96), X_DTYPES[x_name], seed=5), q_name, flatten_axis=-2)
-    _check(_random((45, 70), X_DTYPES[x_name], seed=6), q_name)
+    _check(spread_random((64, 3, 96), X_DTYPES[x_name], seed=5), q_name, flatten_axis=-2)
+    _check(spread_random((45, 70), X_DTYPES[x_name], seed=6), q_name)
 
 
 @pytest.mark.parametrize("q_name", sorted(Q_DTYPES))
@@ -249,12 +214,12 @@ def test_special_values(x_name):
 
 def test_vmap():
     """A leading vmapped batch: each example is blocked alone (batch folded into A)."""
-    x = _random((3, 64, 96), jnp.bfloat16, seed=3)
+    x = spread_random((3, 64, 96), jnp.bfloat16, seed=3)
     x[1] *= 100
     _check(x, "e4m3", vmapped=True)
-    x32 = _random((2, 40, 3, 32), jnp.float32, seed=4)
+    x32 = spread_random((2, 40, 3, 32), jnp.float32, seed=4)
     _check(x32, "e5m2", flatten_axis=-2, vmapped=True)
-    _check(_random((3, 33, 20), jnp.float16, seed=8), "e4m3", vmapped=True)
+    _check(spread_random((3, 33, 20), jnp.float16, seed=8), "e4m3", vmapped=True)
 
 
 _GRAPH_CODE = textwrap.dedent(
@@ -284,18 +249,4 @@ _GRAPH_CODE = textwrap.dedent(
 def test_cuda_graphs_give_the_same_bytes():
     """Under XLA command buffers with every op captured (--xla_gpu_graph_min_graph_size=1;
     the handler is kCmdBufferCompatible) the bytes equal those of this process."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_graph_min_graph_size=1").strip()
-    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    proc = subprocess.run(
-        [sys.executable, "-c", _GRAPH_CODE + "\nprint('DIGEST', run())\n"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("DIGEST")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    namespace = {}
-    exec(_GRAPH_CODE, namespace)
-    with jax.default_device(CUDA):
-        plain = namespace["run"]()
-    assert lines[-1].split()[1] == plain
+    assert_graph_replay_matches(_GRAPH_CODE, CUDA)

@@ -25,9 +25,6 @@ the 32-bit wrap of s + offset. A subprocess replays the ops under CUDA graphs.
 """
 
 import functools
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -37,6 +34,13 @@ import numpy as np
 import pytest
 from jax import lax
 
+from cuda_checks import (
+    assert_graph_replay_matches,
+    assert_same_bytes,
+    expected_device_and_impl,
+    outputs_of,
+    spread_random,
+)
 from helpers import cuda_device
 
 import eqx_quant as eqq
@@ -67,15 +71,6 @@ MODES = {  # name: (use_2d, use_rht, stochastic_rounding)
     "2d_sr": (True, False, True),
     "rht_sr": (False, True, True),
 }
-
-
-def _expected_setup():
-    """(device, impl) that computes the expected bytes."""
-    try:
-        cpu = jax.devices("cpu")[0]
-    except RuntimeError:
-        return CUDA, "reference"
-    return cpu, "ffi" if all(op in _ffi.native_ops("cpu") for op in OPS) else "reference"
 
 
 def _bytes(tensor):
@@ -109,20 +104,6 @@ def _keys(seed, vmapped, batch):
     return jax.random.split(key, batch) if vmapped else key
 
 
-def _assert_same_bytes(got, want, what):
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    g = np.ascontiguousarray(got).reshape(-1)
-    w = np.ascontiguousarray(want).reshape(-1)
-    bad = np.flatnonzero(g != w)
-    if bad.size:
-        index = np.unravel_index(bad[0], got.shape) if got.ndim else ()
-        raise AssertionError(
-            f"{what}: {bad.size} of {g.size} elements differ; first at {index}: "
-            f"got {int(g[bad[0]]):#x}, want {int(w[bad[0]]):#x}"
-        )
-
-
 def _check(x_np, flatten_axis=-1, mode="1d", layouts=LAYOUTS, vmapped=False, seed=0):
     """GPU impl="ffi" == the expected bytes, for each layout."""
     _, use_rht, _ = MODES[mode]
@@ -133,7 +114,7 @@ def _check(x_np, flatten_axis=-1, mode="1d", layouts=LAYOUTS, vmapped=False, see
         layouts = tuple(lay for lay in layouts if lay.has_colwise)
     full = L.ROWWISE_COLWISE if per_example_rank >= 2 else L.ROWWISE
     keys = _keys(seed, vmapped, x_np.shape[0] if vmapped else 1)
-    device, impl = _expected_setup()
+    device, impl = expected_device_and_impl(OPS, CUDA)
     with jax.default_device(device):
         want = _jitted(full, flatten_axis, mode, impl, vmapped)(
             jax.device_put(x_np, device), jax.device_put(keys, device)
@@ -149,27 +130,12 @@ def _check(x_np, flatten_axis=-1, mode="1d", layouts=LAYOUTS, vmapped=False, see
             f"x {x_np.dtype}{list(x_np.shape)} fa={flatten_axis} {mode} {layout.name} "
             f"vmap={vmapped} (expected: {impl} on {device.platform})"
         )
-        names = {
-            k
-            for k in want
-            if (layout.has_rowwise or not k.startswith("rowwise"))
-            and (layout.has_colwise or not k.startswith("colwise"))
-        }
+        names = outputs_of(want, layout)
         assert set(got) == names, f"{what}: outputs {sorted(got)}"
         for name in got:
-            _assert_same_bytes(got[name], want[name], f"{what}: {name}")
+            assert_same_bytes(got[name], want[name], f"{what}: {name}")
 
 
-def _random(shape, dtype, seed=0, scale=3.0):
-    """Normal values with a per-row spread of magnitudes (different block scales)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
-    if x.size and len(shape) >= 1:
-        x *= np.exp2(rng.integers(-12, 12, size=shape[:-1] + (1,))).astype(np.float32)
-    return np.array(jnp.asarray(x, dtype))  # a writable copy
-
-
-# (shape, flatten_axis, x dtype, modes). kVec (elements per 16 bytes): 8 for bf16 / f16, 4 for f32.
 SHAPES = [
     ((32, 64), -1, "bf16", ("1d", "2d", "rht", "sr")),  # A=1, K=32, L=64
     ((32, 64), -1, "f32", ("1d", "2d", "rht_sr")),
@@ -207,7 +173,7 @@ CASES = [(s, fa, x, m) for s, fa, x, modes in SHAPES for m in modes]
     "shape,flatten_axis,x_name,mode", CASES, ids=[f"{s}-{fa}-{x}-{m}" for s, fa, x, m in CASES]
 )
 def test_shapes(shape, flatten_axis, x_name, mode):
-    x = _random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
+    x = spread_random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
     _check(x, flatten_axis, mode, seed=sum(shape))
 
 
@@ -215,8 +181,8 @@ def test_shapes(shape, flatten_axis, x_name, mode):
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_dtypes(x_name, mode):
     """Every input type x mode on a tile-kernel shape with C > 1 and a fast-rowwise one."""
-    _check(_random((64, 3, 96), X_DTYPES[x_name], seed=5), -2, mode, TWO, seed=5)
-    _check(_random((48, 160), X_DTYPES[x_name], seed=6), -1, mode, TWO, seed=6)
+    _check(spread_random((64, 3, 96), X_DTYPES[x_name], seed=5), -2, mode, TWO, seed=5)
+    _check(spread_random((48, 160), X_DTYPES[x_name], seed=6), -1, mode, TWO, seed=6)
 
 
 @pytest.mark.parametrize("kind", ["bf16", "f16"])
@@ -285,11 +251,11 @@ def test_global_amax_edges(mode):
     signed = zeros.copy()
     signed[::2] = -0.0
     nans = np.full((32, 48), np.nan, np.float32)
-    infs = _random((32, 48), jnp.float32, seed=9)
+    infs = spread_random((32, 48), jnp.float32, seed=9)
     infs[3, 5] = np.inf
     infs[17, 40] = -np.inf
-    huge = _random((32, 48), jnp.float32, seed=10) * np.float32(4e33)  # max |x| ~1e38
-    tiny = (_random((32, 48), jnp.float32, seed=11) * np.float32(2.0**-140)).astype(np.float32)
+    huge = spread_random((32, 48), jnp.float32, seed=10) * np.float32(4e33)  # max |x| ~1e38
+    tiny = (spread_random((32, 48), jnp.float32, seed=11) * np.float32(2.0**-140)).astype(np.float32)
     for x in (zeros, signed, nans, infs, huge, tiny):
         _check(x, -1, mode, TWO)
         _check(x.astype(jnp.bfloat16), -1, mode, TWO)
@@ -298,17 +264,17 @@ def test_global_amax_edges(mode):
 @pytest.mark.parametrize("mode", ["1d", "2d", "rht", "sr", "rht_sr"])
 def test_vmap(mode):
     """A leading vmapped batch: each example has its own amax (and key) and is blocked alone."""
-    x = _random((3, 64, 96), jnp.bfloat16, seed=3)
+    x = spread_random((3, 64, 96), jnp.bfloat16, seed=3)
     x[1] *= 100
     x[2] = 0
     _check(x, -1, mode, TWO, vmapped=True, seed=3)
-    x32 = _random((2, 48, 3, 32), jnp.float32, seed=4)
+    x32 = spread_random((2, 48, 3, 32), jnp.float32, seed=4)
     x32[0, 5, 1, 7] = np.inf
     _check(x32, -2, mode, TWO, vmapped=True, seed=4)
     if mode not in ("rht", "rht_sr"):  # K = 33
-        _check(_random((3, 33, 20), jnp.float16, seed=8), -1, mode, TWO, vmapped=True, seed=8)
+        _check(spread_random((3, 33, 20), jnp.float16, seed=8), -1, mode, TWO, vmapped=True, seed=8)
     if mode in ("1d", "sr"):  # rank-1 examples: rowwise only
-        _check(_random((4, 40), jnp.bfloat16, seed=2), -1, mode, TWO, vmapped=True, seed=2)
+        _check(spread_random((4, 40), jnp.bfloat16, seed=2), -1, mode, TWO, vmapped=True, seed=2)
 
 
 def _ffi_quantize(platform, x, amax, col_amax, key, offset, global_shape, *, n_batch, fa,
@@ -365,7 +331,7 @@ def test_stochastic_rounding_index(case, parts):
     """SR words from ravel(s + offset, global_shape) (a shard of a larger tensor), batched keys,
     row kernels and tile kernel: the raw op on the GPU == the raw op on the CPU."""
     shape, n_batch, fa, offset, global_shape, use_2d, use_rht = case
-    x = _random(shape, jnp.bfloat16, seed=21)
+    x = spread_random(shape, jnp.bfloat16, seed=21)
     batch = shape[:n_batch]
     amax = np.full(batch + (1,), np.float32(np.max(np.abs(x.astype(np.float32)))))
     col_amax = amax * np.float32(1.5)
@@ -373,7 +339,7 @@ def test_stochastic_rounding_index(case, parts):
     args = [x, amax, col_amax, key, np.asarray(offset, np.int32)]
     flags = dict(n_batch=n_batch, fa=fa, rowwise=True, colwise=parts == "both", use_2d=use_2d,
                  use_rht=use_rht, sr=True)
-    device, impl = _expected_setup()
+    device, impl = expected_device_and_impl(OPS, CUDA)
     if impl != "ffi":
         pytest.skip("needs the CPU NVFP4 kernels for the expected bytes")
     with jax.default_device(device):
@@ -383,7 +349,7 @@ def test_stochastic_rounding_index(case, parts):
         got = _ffi_quantize("cuda", *[jax.device_put(a, CUDA) for a in args],
                             global_shape, **flags)
     for name, g, w in zip(("row", "row_scale", "col", "col_scale"), got, want):
-        _assert_same_bytes(g, w, f"{shape} offset={offset} {parts}: {name}")
+        assert_same_bytes(g, w, f"{shape} offset={offset} {parts}: {name}")
 
 
 _GRAPH_CODE = textwrap.dedent(
@@ -430,18 +396,4 @@ def test_cuda_graphs_give_the_same_bytes():
     """Under XLA command buffers with every op captured (--xla_gpu_graph_min_graph_size=1; the
     handlers are kCmdBufferCompatible, the amax kernel uses programmatic dependent launch) the
     bytes equal those of this process."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_graph_min_graph_size=1").strip()
-    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    proc = subprocess.run(
-        [sys.executable, "-c", _GRAPH_CODE + "\nprint('DIGEST', run())\n"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("DIGEST")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    namespace = {}
-    exec(_GRAPH_CODE, namespace)
-    with jax.default_device(CUDA):
-        plain = namespace["run"]()
-    assert lines[-1].split()[1] == plain
+    assert_graph_replay_matches(_GRAPH_CODE, CUDA)
