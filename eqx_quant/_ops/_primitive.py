@@ -18,7 +18,6 @@ Each op gets two primitives:
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax._src.dispatch as _dispatch
@@ -31,14 +30,15 @@ from . import _ffi
 
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
-    """Everything that defines one op. All callables take the op's hashable `params` first.
+    """Everything that defines one op. All callables take the op's hashable `params` first;
+    `params` itself carries `impl` and `ffi_attrs()` (the kernel's attributes as typed numpy
+    scalars / arrays / bools).
 
     - `name`: base name; FFI targets are `eqx_quant_<name>_cpu` / `eqx_quant_<name>_cuda`.
     - `abstract_eval(params, *avals) -> tuple[ShapedArray, ...]`: the public (outer) results.
     - `inner_abstract_eval(params, *avals)`: the kernel's (inner) results, which may hold
       partial reductions that `unsharded` / `partition` finish.
     - `reference(params, *arrays) -> tuple[Array, ...]`: pure JAX, bit-exact with the kernels.
-    - `ffi_attrs(params) -> dict`: the kernel's attributes (typed numpy scalars / bools).
     - `batch(params, args, dims) -> (params', args', out_dims)`: rebinds with new params.
     - `sharding_rule(params, mesh, value_types, result_types) -> str`: Shardy rule.
     - `partition(params, mesh, arg_infos, result_infos) -> (local_fn, result_specs, arg_specs)`:
@@ -50,7 +50,6 @@ class OpSpec:
     abstract_eval: Callable[..., tuple]
     inner_abstract_eval: Callable[..., tuple]
     reference: Callable[..., tuple]
-    ffi_attrs: Callable[[Any], dict]
     batch: Callable[..., tuple]
     sharding_rule: Callable[..., str]
     partition: Callable[..., tuple]
@@ -113,7 +112,7 @@ class Op:
                 return reference_rule(ctx, *args, params=params)
             _ffi.require_kernels(platform, spec.name)
             lowering = jax.ffi.ffi_lowering(target)
-            return lowering(ctx, *args, **spec.ffi_attrs(params))
+            return lowering(ctx, *args, **params.ffi_attrs())
 
         return rule
 

@@ -228,7 +228,6 @@ fp8_quantize_op = Op(
         abstract_eval=_abstract_eval,
         inner_abstract_eval=_inner_abstract_eval,
         reference=_reference,
-        ffi_attrs=lambda params: params.ffi_attrs(),
         batch=_batch,
         sharding_rule=_sharding_rule,
         partition=_partition,

@@ -153,7 +153,6 @@ mxfp8_quantize_op = Op(
         abstract_eval=_abstract_eval,
         inner_abstract_eval=_abstract_eval,
         reference=_reference,
-        ffi_attrs=lambda params: params.ffi_attrs(),
         batch=_batch,
         sharding_rule=_sharding_rule,
         partition=_partition,
