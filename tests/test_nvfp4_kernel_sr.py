@@ -1,0 +1,194 @@
+"""Bit-exact tests of the NVFP4 CPU kernels: stochastic rounding (counter-based bits at
+global indices) and operand validation. Method and helpers: test_nvfp4_kernel.py,
+nvfp4_kernel_calls.py."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from nvfp4_kernel_calls import (  # noqa: F401 (fixtures)
+    rht_ok,
+    AMAX_TARGET,
+    MASK,
+    QUANTIZE_TARGET,
+    _amaxes,
+    _finite_amax,
+    _rht_amaxes,
+    _words,
+    check_quantize,
+    chunked_cores,
+    kernel_quantize,
+    kernels,
+    make_inputs,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests: stochastic rounding
+
+
+# (local shape, fa, offset, global shape)
+SR_CASES = [
+    ((32, 64), -1, (32, 128), (128, 256)),
+    ((2, 64, 32), -1, (1, 64, 0), (4, 256, 32)),
+    ((3, 32, 40), -2, (5, 0, 40), (8, 32, 80)),
+    ((7, 13), -1, (3, 19), (10, 40)),
+    ((16, 48), -1, (0, 0), (16, 48)),
+    ((16, 1100), -1, (16, 5), (64, 2048)),
+]
+
+
+@pytest.mark.parametrize("mode", ["1d", "2d", "rht", "rowwise_only"])
+@pytest.mark.parametrize(
+    "shape,fa,offset,global_shape", SR_CASES, ids=[str(c[0]) for c in SR_CASES]
+)
+def test_stochastic_rounding(shape, fa, offset, global_shape, mode):
+    if mode == "rht" and not rht_ok(shape, fa):
+        pytest.skip("RHT needs K % 16 == 0")
+    dtype = jnp.bfloat16 if mode == "2d" else jnp.float32
+    x = make_inputs(shape, dtype, seed=21)
+    amax = _amaxes(x)
+    use_rht = mode == "rht"
+    col_amax = _rht_amaxes(x, fa) if use_rht else amax
+    keys = np.array([[0, 0], [123, 456], [0xDEADBEEF, 0x01234567]], np.uint32)
+    check_quantize(x, amax, col_amax, n_batch=1, fa=fa, use_2d=mode == "2d", use_rht=use_rht,
+                   colwise=mode != "rowwise_only", keys=keys,
+                   offset=np.array(offset, np.int32), global_shape=global_shape)
+
+
+def test_stochastic_rounding_exact_threshold():
+    """Elements whose fraction is exactly the element's 24 random bits: `r24 < threshold` is
+    false, so they round down. amax_g = 2688 and a 6 in every block make the multiplier 1,
+    so y = x = r24 * 2^-25 (exact, frac(y / 0.5) = r24 * 2^-24)."""
+    shape, key = (16, 32), np.array([7, 9], np.uint32)
+    for stream, rowwise in ((0, True), (1, False)):
+        words = _words(shape, key, np.zeros(2, np.int32), shape, stream)
+        x = ((words >> 8).astype(np.float64) * 2.0**-25).astype(np.float32)
+        x *= np.resize(np.float32([1, -1, -1, 1, 1]), x.shape)
+        if rowwise:
+            x[:, ::16] = 6.0
+        else:
+            x[0, :] = 6.0
+        g = np.float32([2688.0])
+        out = check_quantize(x[None], g, g, n_batch=1, rowwise=rowwise, colwise=not rowwise,
+                             keys=key[None])
+        codes = out[0][0] if rowwise else out[2][0].T
+        assert ((codes & 7) == np.where(x == 6.0, 7, 0)).all()
+
+
+def test_stochastic_rounding_large_index():
+    """Global linear indices above 2^32 (the hi word of the counter)."""
+    shape, global_shape, offset = (16, 32), (70000, 70000), (69000, 1000)
+    x = make_inputs(shape, jnp.float16, seed=4)
+    amax = _amaxes(x)
+    keys = np.array([[1, 2], [3, 4], [5, 6]], np.uint32)
+    check_quantize(x, amax, amax, n_batch=1, keys=keys, offset=np.array(offset, np.int32),
+                   global_shape=global_shape)
+
+
+def test_stochastic_rounding_changes_with_key_and_stream():
+    x = make_inputs((32, 64), jnp.float32, seed=8)[0]
+    amax = _finite_amax(x)
+    outs = [kernel_quantize(x, amax, amax, sr=True, key=np.array(k, np.uint32))
+            for k in ([1, 2], [1, 3])]
+    assert (outs[0][0] != outs[1][0]).any()
+    # the colwise part draws other words than the rowwise part for the same element
+    assert (outs[0][0] != outs[0][2].T).any()
+    rn = kernel_quantize(x, amax, amax)
+    assert (outs[0][0] != rn[0]).any() and (outs[0][1] == rn[1]).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests: operand validation
+
+
+def _quantize_error(**overrides):
+    x = np.ones((32, 64), np.float32)
+    args = dict(
+        x=x, amax=np.ones((1,), np.float32), col_amax=np.ones((1,), np.float32),
+        key=np.zeros((2,), np.uint32), offset=np.zeros((2,), np.int32),
+    )
+    attrs = dict(
+        n_batch=np.int64(0), block_axis=np.int64(0), rowwise=True, colwise=True, use_2d=False,
+        use_rht=False, rht_sign_mask=np.int64(MASK), stochastic_rounding=False,
+        global_shape=np.array([32, 64], np.int64),
+    )
+    shapes = {"row": (32, 64), "row_scale": (32, 4), "col": (64, 32), "col_scale": (64, 2)}
+    dtypes = {k: jnp.uint8 for k in shapes}
+    for name, value in overrides.items():
+        if name in args:
+            args[name] = value
+        elif name in attrs:
+            attrs[name] = value
+        elif name.endswith("_dtype"):
+            dtypes[name[: -len("_dtype")]] = value
+        else:
+            shapes[name] = value
+    call = jax.ffi.ffi_call(
+        QUANTIZE_TARGET,
+        tuple(jax.ShapeDtypeStruct(shapes[k], dtypes[k]) for k in shapes),
+        vmap_method=None,
+    )
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(call(*args.values(), **attrs))
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (dict(x=np.ones((32, 64), np.int32)), ["x", "s32", "f32, f16 or bf16"]),
+        (dict(row=(32, 63)), ["row", "[32,63]", "[32,64]"]),
+        (dict(row_scale=(32, 3)), ["row_scale", "[32,4]"]),
+        (dict(col=(32, 64)), ["col", "[64,32]"]),
+        (dict(col_scale=(64, 1)), ["col_scale", "[64,2]"]),
+        (dict(row_dtype=jnp.int8), ["row", "s8", "u8"]),
+        (dict(amax=np.ones((2,), np.float32)), ["amax", "[1]"]),
+        (dict(col_amax=np.ones((1,), np.int32)), ["col_amax", "s32", "f32"]),
+        (dict(key=np.zeros((2,), np.int32)), ["key", "s32", "u32"]),
+        (dict(offset=np.zeros((3,), np.int32)), ["offset", "[2]"]),
+        (dict(block_axis=np.int64(1)), ["block_axis=1", "[0, 0]"]),
+        (dict(block_axis=np.int64(-1)), ["block_axis=-1", "colwise=true"]),
+        (dict(n_batch=np.int64(2)), ["n_batch=2"]),
+        (dict(rowwise=False, colwise=False), ["rowwise and colwise"]),
+        (dict(use_rht=True, use_2d=True), ["use_rht", "use_2d"]),
+        (dict(rht_sign_mask=np.int64(1 << 16)), ["rht_sign_mask=65536"]),
+        (dict(global_shape=np.array([32], np.int64)), ["global_shape", "expected 2"]),
+    ],
+)
+def test_quantize_errors(overrides, words):
+    message = _quantize_error(**overrides)
+    assert "eqx_quant_nvfp4_quantize: " in message
+    for word in words:
+        assert word in message, f"{word!r} not in {message!r}"
+
+
+def test_quantize_error_rht_needs_k_multiple_of_16():
+    x = np.ones((8, 64), np.float32)
+    message = _quantize_error(
+        x=x, use_rht=True, row=(8, 64), row_scale=(8, 4), col=(64, 8), col_scale=(64, 1),
+        global_shape=np.array([8, 64], np.int64),
+    )
+    assert "eqx_quant_nvfp4_quantize: " in message and "multiple of 16" in message
+
+
+def test_amax_errors():
+    x = np.ones((8, 64), np.float32)
+    for kwargs, shapes, words in [
+        (dict(with_rht=True, block_axis=np.int64(0)), ((1,), (1,)), ["multiple of 16"]),
+        (dict(with_rht=True, block_axis=np.int64(-1)), ((1,), (1,)), ["block_axis=-1"]),
+        (dict(with_rht=False, block_axis=np.int64(-1)), ((1,), (1,)), ["rht_amax", "[0]"]),
+        (dict(with_rht=False, block_axis=np.int64(-1)), ((2,), (0,)), ["amax", "[1]"]),
+    ]:
+        call = jax.ffi.ffi_call(
+            AMAX_TARGET, tuple(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes),
+            vmap_method=None,
+        )
+        with pytest.raises(Exception) as info:
+            jax.block_until_ready(
+                call(x, n_batch=np.int64(0), rht_sign_mask=np.int64(MASK), **kwargs)
+            )
+        message = str(info.value)
+        assert "eqx_quant_nvfp4_amax: " in message
+        for word in words:
+            assert word in message, f"{word!r} not in {message!r}"
