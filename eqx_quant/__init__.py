@@ -3,6 +3,15 @@
 from . import reference as reference
 from ._enums import QuantizeLayout as QuantizeLayout, ScalingMode as ScalingMode
 from ._ops._ffi import library_paths as library_paths, native_platforms as native_platforms
+from ._grouped import (
+    grouped_dbias as grouped_dbias,
+    grouped_quantize as grouped_quantize,
+    grouped_quantize_dbias as grouped_quantize_dbias,
+)
+from ._grouped_tensor import (
+    GroupedScaledTensor as GroupedScaledTensor,
+    GroupedScaledTensor1x as GroupedScaledTensor1x,
+)
 from ._quantize import quantize as quantize, quantize_dbias as quantize_dbias
 from ._quantizer import (
     AbstractQuantizer as AbstractQuantizer,
@@ -11,6 +20,7 @@ from ._quantizer import (
     BlockScaleQuantizer as BlockScaleQuantizer,
     CurrentScaleQuantizer as CurrentScaleQuantizer,
     DelayedScaleQuantizer as DelayedScaleQuantizer,
+    GroupedDelayedScaleQuantizer as GroupedDelayedScaleQuantizer,
     NVFP4Quantizer as NVFP4Quantizer,
 )
 from ._swizzle import unswizzle_scales as unswizzle_scales

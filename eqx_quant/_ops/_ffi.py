@@ -15,7 +15,16 @@ import jax
 
 
 # Every op with a compiled kernel. Adding an op = adding its name here.
-KERNEL_OPS = ("fp8_quantize", "mxfp8_quantize", "nvfp4_amax", "nvfp4_quantize")
+KERNEL_OPS = (
+    "fp8_quantize",
+    "mxfp8_quantize",
+    "nvfp4_amax",
+    "nvfp4_quantize",
+    "grouped_fp8_quantize",
+    "grouped_mxfp8_quantize",
+    "grouped_nvfp4_quantize",
+    "grouped_dbias",
+)
 
 _LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}
 

@@ -1,0 +1,362 @@
+"""Public grouped (MoE) quantization: grouped_quantize, grouped_quantize_dbias, grouped_dbias.
+
+Contract in docs/grouped.md. Each group's rows are quantized exactly as the dense `quantize`
+would quantize them alone; group offsets are computed on the device; one op per call.
+"""
+
+import dataclasses
+import functools
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from beartype import beartype
+from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
+
+from . import reference
+from ._checks import validated_by
+from ._custom_types import HighPrecision
+from ._grouped_tensor import GroupedScaledTensor, GroupedScaledTensor1x, _Layout, rows_from_stored
+from ._ops.grouped_quantize import (
+    GroupedParams,
+    grouped_dbias_op,
+    grouped_fp8_quantize_op,
+    grouped_mxfp8_quantize_op,
+    grouped_nvfp4_quantize_op,
+)
+from ._quantize import Impl, _check_inputs, _key_words
+from ._quantizer import (
+    AbstractQuantizer,
+    BlockScaleQuantizer,
+    CurrentScaleQuantizer,
+    DelayedScaleQuantizer,
+    NVFP4Quantizer,
+)
+from ._quantizer._grouped_delayed import GroupedDelayedScaleQuantizer
+from .reference import _grouped, _mx, _nvfp4
+
+
+def _check_group_sizes(fn: str, x, group_sizes) -> int:
+    """Validate `group_sizes` against x; returns G."""
+    if group_sizes is None:
+        if x.ndim < 3:
+            raise ValueError(
+                f"{fn}: group_sizes=None means one group per leading index of a weight-like x "
+                f"of shape [G, K, N] (rank >= 3), but x has shape {x.shape}. Pass group_sizes "
+                "(int32, one entry per group) for a token matrix."
+            )
+        return x.shape[0]
+    if not isinstance(group_sizes, jax.Array):
+        raise TypeError(
+            f"{fn}: group_sizes must be a jax.Array of int32, got {type(group_sizes).__name__}. "
+            "Use jnp.asarray(sizes, jnp.int32)."
+        )
+    if group_sizes.dtype != jnp.int32:
+        raise TypeError(
+            f"{fn}: group_sizes must have dtype int32, got {group_sizes.dtype} (shape "
+            f"{group_sizes.shape}). Use group_sizes.astype(jnp.int32)."
+        )
+    if group_sizes.ndim != 1 or group_sizes.shape[0] < 1:
+        raise ValueError(
+            f"{fn}: group_sizes must be 1-D with one entry per group (G >= 1), got shape "
+            f"{group_sizes.shape}. Under vmap, map over a leading axis of group_sizes."
+        )
+    return group_sizes.shape[0]
+
+
+def _check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key) -> int:
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"{fn}: x must be a jax.Array, got {type(x).__name__}.")
+    if x.ndim < 2:
+        raise ValueError(
+            f"{fn}: x must have rank >= 2 (groups are ranges of axis 0 of a token matrix "
+            f"[M, ...]), got shape {x.shape}. Use x.reshape(M, 1) for one column."
+        )
+    if isinstance(quantizer, NVFP4Quantizer) and quantizer.use_rht:
+        raise ValueError(
+            f"{fn}: NVFP4Quantizer(use_rht=True) is not supported for grouped inputs: the "
+            "16-point transform runs along the ragged rows, whose group sizes are only known on "
+            "the device. Use use_rht=False."
+        )
+    fa = _check_inputs(fn, x, quantizer, flatten_axis, (), impl, key)
+    if fa == 0:
+        raise ValueError(
+            f"{fn}: flatten_axis resolves to 0 for x of shape {x.shape}: the groups are rows of "
+            "the 2-D view (prod(S[:fa]), prod(S[fa:])), so flatten_axis must be >= 1 (-1 is usual)."
+        )
+    groups = _check_group_sizes(fn, x, group_sizes)
+    if isinstance(quantizer, DelayedScaleQuantizer):
+        raise TypeError(
+            f"{fn}: a DelayedScaleQuantizer holds one scale, but grouped inputs need one scale "
+            f"and amax history per group. Use eqx_quant.GroupedDelayedScaleQuantizer("
+            f"num_groups={groups}, ...)."
+        )
+    if isinstance(quantizer, GroupedDelayedScaleQuantizer) and quantizer.num_groups != groups:
+        raise ValueError(
+            f"{fn}: the GroupedDelayedScaleQuantizer has {quantizer.num_groups} groups but "
+            f"group_sizes has {groups} entries. Build it with num_groups={groups}."
+        )
+    if not isinstance(
+        quantizer,
+        CurrentScaleQuantizer | GroupedDelayedScaleQuantizer | BlockScaleQuantizer | NVFP4Quantizer,
+    ):
+        raise TypeError(f"{fn}: unsupported quantizer {type(quantizer).__name__}.")
+    return fa
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    quantizer_static: AbstractQuantizer
+    flatten_axis: int
+    impl: str
+    with_dbias: bool
+    check: bool
+    x_shape: tuple[int, ...]
+    x_dtype: str
+
+    def layout(self, mode, data_layout: str, is_colwise: bool) -> _Layout:
+        return _Layout(
+            mode, self.x_shape, self.flatten_axis, self.x_dtype, data_layout, is_colwise
+        )
+
+
+def _checked(x2d, group_sizes, total: int, check: bool):
+    if not check:
+        return x2d
+    bad = (jnp.sum(group_sizes) != total) | jnp.any(group_sizes < 0)
+    return eqx.error_if(
+        x2d,
+        bad,
+        "eqx_quant grouped op: group_sizes must be non-negative and sum to x.shape[0]; rows "
+        "past the sum would be zero in the output (pass check=False to skip this check).",
+    )
+
+
+def _group_keys(key_words, groups: int):
+    """Per-group Threefry key words: `fold_in(key, g)`."""
+    key = jax.random.wrap_key_data(key_words, impl="threefry2x32")
+    folded = jax.vmap(lambda g: jax.random.fold_in(key, g))(jnp.arange(groups, dtype=jnp.uint32))
+    return jax.random.key_data(folded)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
+    quantizer = eqx.combine(quantizer_arrays, config.quantizer_static)
+    fa, shape = config.flatten_axis, config.x_shape
+    r, n = math.prod(shape[:fa]), math.prod(shape[fa:])
+    x2d = _checked(x.reshape(r, n), group_sizes, shape[0], config.check)
+    groups = group_sizes.shape[0]
+    rpu = math.prod(shape[1:fa])
+    layout = quantizer.q_layout
+    base = dict(rows_per_unit=rpu, impl=config.impl, rowwise=layout.has_rowwise,
+                colwise=layout.has_colwise)
+    mode = quantizer.scaling_mode
+
+    def part(data, scale_inv, amax, data_layout, is_colwise):
+        if data_layout == "N":
+            data = data.reshape(shape)
+        return GroupedScaledTensor1x(
+            data=data,
+            scale_inv=scale_inv,
+            amax=amax,
+            group_sizes=group_sizes,
+            scaling_mode=mode,
+            original_shape=shape,
+            flatten_axis=fa,
+            dq_dtype=config.x_dtype,
+            data_layout=data_layout,
+            is_colwise=is_colwise,
+        )
+
+    if isinstance(quantizer, GroupedDelayedScaleQuantizer | CurrentScaleQuantizer):
+        if isinstance(quantizer, CurrentScaleQuantizer):
+            amax = _grouped.group_amax(x2d, group_sizes, rpu)
+            scale = reference.compute_scale(amax, quantizer.q_dtype, 0.0, jnp.ones_like(amax))
+        else:
+            scale = quantizer.scale
+        params = GroupedParams(kind="fp8", q_dtype=quantizer.q_dtype, **base)
+        row, col, scale_inv, kernel_amax = grouped_fp8_quantize_op.bind(
+            x2d, scale, group_sizes, params=params
+        )
+        amax = amax if isinstance(quantizer, CurrentScaleQuantizer) else kernel_amax
+        rows = (row, scale_inv, amax, "N", False)
+        cols = (col, scale_inv, amax, "T", True)
+    elif isinstance(quantizer, BlockScaleQuantizer):
+        params = GroupedParams(kind="mxfp8", q_dtype=quantizer.q_dtype, **base)
+        row, row_s, col, col_s = grouped_mxfp8_quantize_op.bind(x2d, group_sizes, params=params)
+        e8m0 = functools.partial(_mx.from_byte_view, dtype=jnp.float8_e8m0fnu)
+        amax = jnp.zeros((groups,), jnp.float32)
+        rows = (row, e8m0(row_s), amax, "N", False)
+        cols = (col, e8m0(col_s), amax, "N", True)
+    else:
+        amax = _grouped.group_amax(x2d, group_sizes, rpu)
+        sr = quantizer.stochastic_rounding
+        keys = _group_keys(key_words, groups) if sr else jnp.zeros((groups, 2), jnp.uint32)
+        params = GroupedParams(
+            kind="nvfp4", use_2d=quantizer.use_2d, stochastic_rounding=sr, **base
+        )
+        row, row_s, col, col_s = grouped_nvfp4_quantize_op.bind(
+            x2d, amax, keys, group_sizes, params=params
+        )
+        e4m3 = functools.partial(_mx.from_byte_view, dtype=jnp.float8_e4m3fn)
+        rows = (_nvfp4.e2m1_from_codes(row), e4m3(row_s), amax, "N", False)
+        cols = (_nvfp4.e2m1_from_codes(col), e4m3(col_s), amax, "T", True)
+    tensor = GroupedScaledTensor(
+        rowwise=part(*rows) if layout.has_rowwise else None,
+        colwise=part(*cols) if layout.has_colwise else None,
+    )
+    dbias = _dbias(x2d, group_sizes, rpu, config.impl, shape[fa:]) if config.with_dbias else None
+    return tensor, dbias
+
+
+def _dbias(x2d, group_sizes, rpu: int, impl: str, tail: tuple[int, ...]):
+    params = GroupedParams(kind="dbias", rows_per_unit=rpu, impl=impl)
+    (db,) = grouped_dbias_op.bind(x2d, group_sizes, params=params)
+    db = reference.cast_canonical(db, x2d.dtype)
+    return db.reshape((group_sizes.shape[0],) + tail)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _grouped_ste(config, x, group_sizes, quantizer_arrays, key_words):
+    return _forward(config, x, group_sizes, quantizer_arrays, key_words)
+
+
+def _grouped_ste_fwd(config, x, group_sizes, quantizer_arrays, key_words):
+    out = _forward(config, x, group_sizes, quantizer_arrays, key_words)
+    return out, (group_sizes, quantizer_arrays)
+
+
+def _grouped_ste_bwd(config, residuals, cotangents):
+    group_sizes, quantizer_arrays = residuals
+    ct_tensor, ct_dbias = cotangents
+    dx = jnp.zeros(config.x_shape, jnp.float32)
+    for part in (ct_tensor.rowwise, ct_tensor.colwise):
+        if part is not None:
+            mode = config.quantizer_static.scaling_mode
+            layout = config.layout(mode, part.data_layout, part.is_colwise)
+            dx = dx + rows_from_stored(part.data, group_sizes, layout)
+    if ct_dbias is not None:
+        fa = config.flatten_axis
+        starts, counts = _grouped.group_bounds(group_sizes, math.prod(config.x_shape[1:fa]),
+                                               math.prod(config.x_shape[:fa]))
+        gid = _grouped.row_groups(starts, counts, math.prod(config.x_shape[:fa]))
+        per_group = ct_dbias.astype(jnp.float32).reshape(group_sizes.shape[0], -1)
+        per_row = jnp.where((gid < group_sizes.shape[0])[:, None],
+                            per_group[jnp.minimum(gid, group_sizes.shape[0] - 1)], 0.0)
+        dx = dx + per_row.reshape(config.x_shape)
+    zeros = jax.tree.map(jnp.zeros_like, quantizer_arrays)
+    float0 = jax.numpy.zeros(group_sizes.shape, jax.dtypes.float0)
+    return dx.astype(config.x_dtype), float0, zeros, None
+
+
+_grouped_ste.defvjp(_grouped_ste_fwd, _grouped_ste_bwd)
+
+
+def _run(fn, x, group_sizes, quantizer, flatten_axis, key, check, impl, with_dbias):
+    fa = _check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key)
+    if group_sizes is None:
+        group_sizes = jnp.ones((x.shape[0],), jnp.int32)
+    arrays, static = eqx.partition(quantizer, eqx.is_array)
+    config = _Config(static, fa, impl, with_dbias, bool(check), x.shape, x.dtype.name)
+    key_words = None if key is None else _key_words(fn, key)
+    return _grouped_ste(config, x, group_sizes, arrays, key_words)
+
+
+def _check_gq(x, group_sizes, quantizer, flatten_axis, key, check, impl):
+    _check_grouped("grouped_quantize", x, group_sizes, quantizer, flatten_axis, impl, key)
+
+
+def _check_gqd(dx, group_sizes, quantizer, flatten_axis, key, check, impl):
+    _check_grouped("grouped_quantize_dbias", dx, group_sizes, quantizer, flatten_axis, impl, key)
+
+
+@validated_by(_check_gq)
+@jaxtyped(typechecker=beartype)
+def grouped_quantize(
+    x: HighPrecision[Array, "..."],
+    group_sizes: Int[Array, " G"] | None,
+    quantizer: AbstractQuantizer,
+    flatten_axis: int = -1,
+    *,
+    key: PRNGKeyArray | None = None,
+    check: bool = True,
+    impl: Impl = "auto",
+) -> GroupedScaledTensor:
+    """Quantize a token matrix whose rows are split into ragged groups (docs/grouped.md).
+
+    **Arguments:**
+
+    - `x`: `[M, ...]` float32/float16/bfloat16; groups are contiguous ranges of axis 0.
+    - `group_sizes`: int32 `(G,)`, entries of axis 0 per group (on the device; empty groups
+      allowed), or None for a weight-like `[G, K, N]` (one group per leading index).
+    - `quantizer`: `CurrentScaleQuantizer`, `GroupedDelayedScaleQuantizer`,
+      `BlockScaleQuantizer` (MXFP8) or `NVFP4Quantizer` (without RHT).
+    - `flatten_axis`: the 2-D view `(prod S[:fa], prod S[fa:])`; `fa >= 1`. Default -1.
+    - `key`: for NVFP4 stochastic rounding; group g uses `jax.random.fold_in(key, g)`.
+    - `check`: raise at run time (`eqx.error_if`) if `group_sizes` has a negative entry or
+      does not sum to `x.shape[0]` (default True). Either way nothing is read or written out
+      of bounds, and rows past the sum are zero in the output.
+    - `impl`: `"auto"`, `"ffi"` or `"reference"`, as in `quantize`.
+
+    **Returns:** a `GroupedScaledTensor`; each group's rows are bit-identical to the dense
+    `quantize` of those rows alone (block formats: blocks never straddle groups).
+    """
+    tensor, _ = _run("grouped_quantize", x, group_sizes, quantizer, flatten_axis, key, check,
+                     impl, False)
+    return tensor
+
+
+@validated_by(_check_gqd)
+@jaxtyped(typechecker=beartype)
+def grouped_quantize_dbias(
+    dx: HighPrecision[Array, "..."],
+    group_sizes: Int[Array, " G"] | None,
+    quantizer: AbstractQuantizer,
+    flatten_axis: int = -1,
+    *,
+    key: PRNGKeyArray | None = None,
+    check: bool = True,
+    impl: Impl = "auto",
+) -> tuple[GroupedScaledTensor, Shaped[Array, "G ..."]]:
+    """`grouped_quantize` plus each group's bias gradient `[G, *dx.shape[fa:]]`: the float32
+    canonical tree sum of the group's rows, cast to dx's dtype (equal to the dense
+    `quantize_dbias` of the group's rows)."""
+    return _run("grouped_quantize_dbias", dx, group_sizes, quantizer, flatten_axis, key, check,
+                impl, True)
+
+
+def _check_gd(grad, group_sizes, check, impl):
+    fn = "grouped_dbias"
+    if not isinstance(grad, jax.Array) or grad.ndim < 2:
+        got = getattr(grad, "shape", type(grad).__name__)
+        raise ValueError(f"{fn}: grad must be a jax.Array of rank >= 2 ([M, ...]), got {got}.")
+    if grad.dtype.name not in ("float32", "float16", "bfloat16"):
+        raise TypeError(f"{fn}: grad must be float32, float16 or bfloat16, got {grad.dtype}.")
+    if impl not in ("auto", "ffi", "reference"):
+        raise ValueError(f"{fn}: impl must be 'auto', 'ffi' or 'reference', got {impl!r}.")
+    _check_group_sizes(fn, grad, group_sizes)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _grouped_dbias(grad, group_sizes, check: bool, impl: str):
+    m = grad.shape[0]
+    n = math.prod(grad.shape[1:])
+    g2d = _checked(grad.reshape(m, n), group_sizes, m, check)
+    return _dbias(g2d, group_sizes, 1, impl, grad.shape[1:])
+
+
+@validated_by(_check_gd)
+@jaxtyped(typechecker=beartype)
+def grouped_dbias(
+    grad: HighPrecision[Array, "M ..."],
+    group_sizes: Int[Array, " G"],
+    *,
+    check: bool = True,
+    impl: Impl = "auto",
+) -> Shaped[Array, "G ..."]:
+    """Per-group bias gradient `[G, *grad.shape[1:]]`: the float32 canonical tree sum of each
+    group's rows of axis 0 (`+0` for an empty group), cast to grad's dtype. Bit-identical to
+    `quantize_dbias(grad[rows_g], q, flatten_axis=1)[1]` for each group. `check` as in
+    `grouped_quantize`."""
+    return _grouped_dbias(grad, group_sizes, bool(check), impl)

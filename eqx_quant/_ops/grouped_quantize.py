@@ -1,0 +1,219 @@
+"""The grouped (MoE) ops of docs/grouped.md: one declaration each, shared by the pure-JAX
+reference and the kernels.
+
+- `eqx_quant_grouped_fp8_quantize(x, scale, group_sizes) -> (row, col, scale_inv, amax)`
+- `eqx_quant_grouped_mxfp8_quantize(x, group_sizes) -> (row, row_scale, col, col_scale)`
+- `eqx_quant_grouped_nvfp4_quantize(x, amax, keys, group_sizes) -> (row, row_scale, col,
+  col_scale)`
+- `eqx_quant_grouped_dbias(x, group_sizes) -> dbias`
+
+`x` is the 2-D view `Bt + (R, N)` (`Bt` = vmapped batch dims, each example its own grouped
+problem). The ragged row axis is never split across devices: the partition keeps it whole
+(batch dims keep their sharding, and `grouped_dbias` its column sharding).
+"""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import ShapedArray
+from jax.sharding import PartitionSpec
+
+from ..reference import _grouped, _mx
+from ..reference._nvfp4 import NVFP4_BLOCK
+from . import _sharding
+from ._primitive import Op, OpSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedParams:
+    """Static parameters of one grouped op call (hashable). `kind` is the op family:
+    "fp8", "mxfp8", "nvfp4" or "dbias"; fields that a family does not use keep defaults."""
+
+    kind: str
+    rows_per_unit: int
+    impl: str
+    q_dtype: str = "float8_e4m3fn"
+    rowwise: bool = False
+    colwise: bool = False
+    use_2d: bool = False
+    stochastic_rounding: bool = False
+    n_batch: int = 0
+
+    @property
+    def block(self) -> int:
+        return NVFP4_BLOCK if self.kind == "nvfp4" else _mx.MX_BLOCK
+
+    def ffi_attrs(self) -> dict:
+        attrs = dict(n_batch=np.int64(self.n_batch), rows_per_unit=np.int64(self.rows_per_unit))
+        if self.kind != "dbias":
+            attrs.update(rowwise=bool(self.rowwise), colwise=bool(self.colwise))
+        if self.kind == "nvfp4":
+            attrs.update(use_2d=bool(self.use_2d), stochastic_rounding=bool(self.stochastic_rounding))
+        return attrs
+
+
+def _abstract_eval(params, x, *operands):
+    nb = params.n_batch
+    batch, (r, n) = x.shape[:nb], x.shape[nb:]
+    g = operands[-1].shape[-1]
+    if params.kind == "dbias":
+        return (ShapedArray(batch + (g, n), jnp.float32),)
+    if params.kind == "fp8":
+        q = jnp.dtype(params.q_dtype)
+        return (
+            ShapedArray(batch + (r, n) if params.rowwise else (0,), q),
+            ShapedArray(batch + (r * n,) if params.colwise else (0,), q),
+            ShapedArray(batch + (g,), jnp.float32),
+            ShapedArray(batch + (g,), jnp.float32),
+        )
+    data = jnp.dtype(params.q_dtype) if params.kind == "mxfp8" else jnp.dtype(jnp.uint8)
+    col_shape = (r, n) if params.kind == "mxfp8" else (r * n,)
+    row_len = _grouped.scale_buffer_length(r, n, g, params.block, colwise=False)
+    col_len = _grouped.scale_buffer_length(r, n, g, params.block, colwise=True)
+    u8 = jnp.dtype(jnp.uint8)
+    return (
+        ShapedArray(batch + (r, n) if params.rowwise else (0,), data),
+        ShapedArray(batch + (row_len,) if params.rowwise else (0,), u8),
+        ShapedArray(batch + col_shape if params.colwise else (0,), data),
+        ShapedArray(batch + (col_len,) if params.colwise else (0,), u8),
+    )
+
+
+def _reference_one(params, x, *operands):
+    common = dict(rows_per_unit=params.rows_per_unit)
+    if params.kind == "dbias":
+        return (_grouped.grouped_dbias(x, *operands, **common),)
+    layout = dict(rowwise=params.rowwise, colwise=params.colwise)
+    if params.kind == "fp8":
+        return _grouped.grouped_fp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
+    if params.kind == "mxfp8":
+        return _grouped.grouped_mxfp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
+    return _grouped.grouped_nvfp4_quantize(
+        x,
+        *operands,
+        use_2d=params.use_2d,
+        stochastic_rounding=params.stochastic_rounding,
+        **common,
+        **layout,
+    )
+
+
+def _reference(params, x, *operands):
+    nb = params.n_batch
+    if nb == 0:
+        return tuple(_reference_one(params, x, *operands))
+    flat = [a.reshape((-1,) + a.shape[nb:]) for a in (x,) + operands]
+    outs = jax.vmap(lambda *a: tuple(_reference_one(params, *a)))(*flat)
+    avals = _abstract_eval(params, x, *operands)
+    return tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+
+
+def _batch(params, args, dims):
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = tuple(
+        jnp.broadcast_to(a, (size,) + a.shape) if d is None else jnp.moveaxis(a, d, 0)
+        for a, d in zip(args, dims)
+    )
+    new = dataclasses.replace(params, n_batch=params.n_batch + 1)
+    return new, moved, tuple(0 if p else None for p in _present(params))
+
+
+def _present(params) -> tuple[bool, ...]:
+    """Which results the call writes (absent ones have shape (0,))."""
+    if params.kind == "dbias":
+        return (True,)
+    if params.kind == "fp8":
+        return (params.rowwise, params.colwise, True, True)
+    return (params.rowwise, params.rowwise, params.colwise, params.colwise)
+
+
+def _example_ranks(params) -> tuple[int, ...]:
+    """Per-example ranks of the operands after x (e.g. scale (G,), keys (G, 2))."""
+    return {"fp8": (1, 1), "mxfp8": (1,), "nvfp4": (1, 2, 1), "dbias": (1,)}[params.kind]
+
+
+def _sharding_rule(params, mesh, value_types, result_types):
+    """Batch dims are shared; the columns are shared with dbias; every other dim is its own
+    factor (the ragged rows never propagate a sharding)."""
+    del mesh, value_types
+    nb = params.n_batch
+    b = _sharding.factors("b", nb)
+    counter = iter(range(10_000))
+
+    def fresh(k):
+        return [f"u{next(counter)}" for _ in range(k)]
+
+    x = b + ["r", "n"]
+    operands = [x] + [b + fresh(k) for k in _example_ranks(params)]
+    results = []
+    for t, present in zip(result_types, _present(params)):
+        if params.kind == "dbias":
+            results.append(b + fresh(1) + ["n"])
+        elif not present:
+            results.append(fresh(1))
+        else:
+            results.append(b + fresh(len(t.shape) - nb))
+
+    def join(groups):
+        return ", ".join(" ".join(g) for g in groups)
+
+    return f"{join(operands)} -> {join(results)}"
+
+
+def _partition(params, mesh, arg_infos, result_infos):
+    nb = params.n_batch
+    x_info = arg_infos[0]
+    spec = _sharding.padded_spec(x_info.sharding, len(x_info.shape))
+    spec = _sharding.keep_divisible(mesh, x_info.shape, spec)
+    batch = spec[:nb]
+    cols = spec[nb + 1] if params.kind == "dbias" else None
+    x_spec = PartitionSpec(*batch, None, cols)
+    arg_specs = (x_spec,) + tuple(
+        PartitionSpec(*batch, *([None] * k)) for k in _example_ranks(params)
+    )
+    result_specs = []
+    for info, present in zip(result_infos, _present(params)):
+        rank = len(info.shape)
+        if params.kind == "dbias":
+            result_specs.append(PartitionSpec(*batch, None, cols))
+        elif not present:
+            result_specs.append(PartitionSpec(None))
+        else:
+            result_specs.append(PartitionSpec(*batch, *([None] * (rank - nb))))
+
+    def local_fn(bind_inner, *args):
+        return bind_inner(*args, params=params)
+
+    return local_fn, tuple(result_specs), arg_specs
+
+
+def _unsharded(params, bind_inner, *args):
+    return bind_inner(*args, params=params)
+
+
+def _op(name: str) -> Op:
+    return Op(
+        OpSpec(
+            name=name,
+            abstract_eval=_abstract_eval,
+            inner_abstract_eval=_abstract_eval,
+            reference=_reference,
+            batch=_batch,
+            sharding_rule=_sharding_rule,
+            partition=_partition,
+            unsharded=_unsharded,
+        )
+    )
+
+
+grouped_fp8_quantize_op = _op("grouped_fp8_quantize")
+grouped_mxfp8_quantize_op = _op("grouped_mxfp8_quantize")
+grouped_nvfp4_quantize_op = _op("grouped_nvfp4_quantize")
+grouped_dbias_op = _op("grouped_dbias")
+
+
+def rows_per_unit(shape: tuple[int, ...], flatten_axis: int) -> int:
+    return math.prod(shape[1:flatten_axis])

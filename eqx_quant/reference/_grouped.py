@@ -1,0 +1,314 @@
+"""Pure-JAX reference of the grouped ops (docs/grouped.md), built from the dense references.
+
+Each group is quantized by the dense reference on the group's rows moved to the top of a
+zero-padded copy of the 2-D view (`_group_rows`): the zero rows below a group change
+neither its amaxes, its partial blocks (quantized as if zero-padded) nor the global element
+indices of its stochastic rounding, so every group equals the dense op on its own rows by
+construction. The groups run in a `lax.scan` (one traced body, G iterations): G times the
+dense work, which is fine for a reference; the kernels do one pass.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, Float, Int, Shaped
+
+from . import _blocks, _mx
+from ._fp8 import fp8_quantize, reciprocal
+from ._ieee import add, bits, from_bits, max_abs
+from ._nvfp4 import NVFP4_BLOCK
+
+
+SWIZZLE_ROWS = _mx.SWIZZLE_ROWS
+SWIZZLE_COLS = _mx.SWIZZLE_COLS
+
+
+def _pad(n, multiple: int):
+    return (n + multiple - 1) // multiple * multiple
+
+
+def most_units(rows: int, groups: int, unit: int) -> int:
+    """`W(R, G, u)`: the largest `sum_g ceil(rows_g / u)` over group sizes summing to <= R."""
+    if rows == 0:
+        return 0
+    k = min(groups, rows)
+    return k - 1 + -(-(rows - k + 1) // unit)
+
+
+def scale_buffer_length(rows: int, cols: int, groups: int, block: int, colwise: bool) -> int:
+    """Static length of a grouped part's swizzled scale buffer (docs/grouped.md)."""
+    if colwise:
+        return _pad(cols, SWIZZLE_ROWS) * SWIZZLE_COLS * most_units(rows, groups, 4 * block)
+    blocks = _pad(-(-cols // block), SWIZZLE_COLS)
+    return SWIZZLE_ROWS * blocks * most_units(rows, groups, SWIZZLE_ROWS)
+
+
+def group_bounds(
+    group_sizes: Int[Array, " G"], rows_per_unit: int, rows: int
+) -> tuple[Int[Array, " G"], Int[Array, " G"]]:
+    """`(start_g, rows_g)` with the clamping of docs/grouped.md (never past `rows`)."""
+    units = rows // rows_per_unit
+    clamped = jnp.clip(group_sizes.astype(jnp.int32), 0, units) * rows_per_unit
+
+    def step(start, size):
+        end = jnp.minimum(start + size, rows)
+        return end, (start, end - start)
+
+    _, (starts, counts) = lax.scan(step, jnp.int32(0), clamped)
+    return starts, counts
+
+
+def row_groups(starts: Int[Array, " G"], counts: Int[Array, " G"], rows: int) -> Int[Array, " R"]:
+    """The group of every row of the 2-D view; `G` for rows past the last group."""
+    ends = starts + counts
+    r = jnp.arange(rows, dtype=jnp.int32)
+    return jnp.searchsorted(ends, r, side="right").astype(jnp.int32)
+
+
+def group_amax(x: Shaped[Array, "R N"], group_sizes, rows_per_unit: int) -> Float[Array, " G"]:
+    """Per-group NaN-ignoring `max |x|` (0 for an empty group), exact for subnormals."""
+    r = x.shape[0]
+    starts, counts = group_bounds(group_sizes, rows_per_unit, r)
+    gid = row_groups(starts, counts, r)
+    g = group_sizes.shape[0]
+    if x.size == 0:
+        return jnp.zeros((g,), jnp.float32)
+    per_row = jax.vmap(max_abs)(x)
+    # Max of non-negative floats = max of their bits; rows of no group land in segment G.
+    best = jax.ops.segment_max(bits(per_row), gid, num_segments=g + 1)[:g]
+    return from_bits(jnp.maximum(best, jnp.uint32(0)))
+
+
+def _group_rows(x, start, count):
+    """The group's rows moved to the top of an (R, N) array, zeros below them."""
+    r = jnp.arange(x.shape[0], dtype=jnp.int32)
+    source = jnp.clip(r + start, 0, max(x.shape[0] - 1, 0))
+    return jnp.where((r < count)[:, None], x[source], jnp.zeros((), x.dtype))
+
+
+def _place_rows(out, dense, gid, g, start):
+    """Write the group's rows (the top `count` rows of `dense`) back to their place."""
+    r = jnp.arange(out.shape[0], dtype=jnp.int32)
+    source = jnp.clip(r - start, 0, max(out.shape[0] - 1, 0))
+    return jnp.where((gid == g)[:, None], dense[source], out)
+
+
+def _place_transposed(out, dense_t, start, count, cols):
+    """Write the group's `(N, count)` block (the first `count` columns of `dense_t`, shape
+    `(N, R)`) into the flat T buffer at `start * N`."""
+    p = jnp.arange(out.shape[0], dtype=jnp.int32)
+    q = p - start * cols
+    inside = (q >= 0) & (q < count * cols)
+    safe = jnp.maximum(count, 1)
+    n, j = jnp.clip(q // safe, 0, cols - 1), jnp.clip(q % safe, 0, max(dense_t.shape[1] - 1, 0))
+    return jnp.where(inside, dense_t[n, j], out)
+
+
+def _region_sizes(counts, cols: int, block: int, colwise: bool):
+    """`(tile_rows_g, tile_cols_g, P_g * Q_g)` of the per-group scale matrices T_g."""
+    if colwise:
+        tr = jnp.full_like(counts, cols)
+        tc = (counts + block - 1) // block
+    else:
+        tr = counts
+        tc = jnp.full_like(counts, -(-cols // block))
+    return tr, tc, _pad(tr, SWIZZLE_ROWS) * _pad(tc, SWIZZLE_COLS)
+
+
+def _place_scales(buffer, tile, tile_rows, tile_cols, offset):
+    """Scatter the valid `(tile_rows, tile_cols)` corner of `tile` into its swizzled region."""
+    i = jnp.arange(tile.shape[0], dtype=jnp.int32)[:, None]
+    j = jnp.arange(tile.shape[1], dtype=jnp.int32)[None, :]
+    q = _pad(tile_cols, SWIZZLE_COLS)
+    at = offset + _mx.swizzle_offset(i, j, q)
+    valid = (i < tile_rows) & (j < tile_cols)
+    at = jnp.where(valid, at, buffer.shape[0])  # out of range: dropped
+    return buffer.at[at.reshape(-1)].set(tile.reshape(-1), mode="drop")
+
+
+def _scan_groups(x, group_sizes, rows_per_unit, init, body):
+    """Run `body(carry, g, start, count, gid)` for every group in a `lax.scan`."""
+    r = x.shape[0]
+    starts, counts = group_bounds(group_sizes, rows_per_unit, r)
+    gid = row_groups(starts, counts, r)
+    g = jnp.arange(group_sizes.shape[0], dtype=jnp.int32)
+
+    def step(carry, inputs):
+        gi, start, count = inputs
+        return body(carry, gi, start, count, gid), None
+
+    out, _ = lax.scan(step, init, (g, starts, counts))
+    return out, starts, counts
+
+
+def _empty(dtype) -> Array:
+    return jnp.zeros((0,), dtype)
+
+
+def grouped_fp8_quantize(x, scale, group_sizes, *, q_dtype, rows_per_unit, rowwise, colwise):
+    """`(row, col, scale_inv, amax)` of one example (docs/grouped.md)."""
+    r, n = x.shape
+    q = jnp.dtype(q_dtype)
+    init = (
+        jnp.zeros((r, n), q) if rowwise else _empty(q),
+        jnp.zeros((r * n,), q) if colwise else _empty(q),
+    )
+
+    def body(carry, g, start, count, gid):
+        row, col = carry
+        xg = _group_rows(x, start, count)
+        d_row, d_col, *_ = fp8_quantize(
+            xg,
+            scale[g].reshape(1),
+            q_dtype=q_dtype,
+            flatten_axis=1,
+            rowwise=rowwise,
+            colwise=colwise,
+            with_dbias=False,
+        )
+        if rowwise:
+            row = _place_rows(row, d_row, gid, g, start)
+        if colwise:
+            col = _place_transposed(col, d_col, start, count, n)
+        return row, col
+
+    (row, col), _, _ = _scan_groups(x, group_sizes, rows_per_unit, init, body)
+    amax = group_amax(x, group_sizes, rows_per_unit)
+    return row, col, reciprocal(scale), amax
+
+
+def _grouped_blocks(x, group_sizes, *, rows_per_unit, rowwise, colwise, block, col_flat,
+                    data_dtype, quantize_group):
+    """Shared driver of the MXFP8 / NVFP4 grouped references. `quantize_group(xg, g)`
+    returns the dense `(row, row_scale, col, col_scale)` of the group's rows on top;
+    `col_flat`: colwise data in the flat T layout (NVFP4) instead of x's layout (MXFP8)."""
+    r, n = x.shape
+    groups = group_sizes.shape[0]
+    row_len = scale_buffer_length(r, n, groups, block, colwise=False)
+    col_len = scale_buffer_length(r, n, groups, block, colwise=True)
+    init = (
+        jnp.zeros((r, n), data_dtype) if rowwise else _empty(data_dtype),
+        jnp.zeros((row_len,), jnp.uint8) if rowwise else _empty(jnp.uint8),
+        jnp.zeros((r * n,) if col_flat else (r, n), data_dtype) if colwise else _empty(data_dtype),
+        jnp.zeros((col_len,), jnp.uint8) if colwise else _empty(jnp.uint8),
+    )
+    starts, counts = group_bounds(group_sizes, rows_per_unit, r)
+    row_tr, row_tc, row_size = _region_sizes(counts, n, block, colwise=False)
+    col_tr, col_tc, col_size = _region_sizes(counts, n, block, colwise=True)
+    row_off = jnp.cumsum(row_size) - row_size
+    col_off = jnp.cumsum(col_size) - col_size
+
+    def body(carry, g, start, count, gid):
+        row, row_s, col, col_s = carry
+        d_row, d_row_s, d_col, d_col_s = quantize_group(_group_rows(x, start, count), g)
+        if rowwise:
+            row = _place_rows(row, d_row, gid, g, start)
+            row_s = _place_scales(row_s, d_row_s, row_tr[g], row_tc[g], row_off[g])
+        if colwise:
+            if col_flat:  # T layout (N, R): its scales (N, ceil(R/B)) are already T_g
+                col = _place_transposed(col, d_col, start, count, n)
+                tile = d_col_s
+            else:  # x's layout; scales (ceil(R/B), N) transposed to T_g
+                col = _place_rows(col, d_col, gid, g, start)
+                tile = d_col_s.T
+            col_s = _place_scales(col_s, tile, col_tr[g], col_tc[g], col_off[g])
+        return row, row_s, col, col_s
+
+    out, _, _ = _scan_groups(x, group_sizes, rows_per_unit, init, body)
+    return out
+
+
+def grouped_mxfp8_quantize(x, group_sizes, *, q_dtype, rows_per_unit, rowwise, colwise):
+    """`(row, row_scale, col, col_scale)` of one example; scales as E8M0 bytes."""
+
+    def quantize_group(xg, g):
+        del g
+        return _blocks.mxfp8_quantize(xg, q_dtype, 0, rowwise, colwise)
+
+    return _grouped_blocks(
+        x,
+        group_sizes,
+        rows_per_unit=rows_per_unit,
+        rowwise=rowwise,
+        colwise=colwise,
+        block=_mx.MX_BLOCK,
+        col_flat=False,
+        data_dtype=jnp.dtype(q_dtype),
+        quantize_group=quantize_group,
+    )
+
+
+def grouped_nvfp4_quantize(
+    x, amax, keys, group_sizes, *, rows_per_unit, rowwise, colwise, use_2d, stochastic_rounding
+):
+    """`(row, row_scale, col, col_scale)` of one example as E2M1 codes / E4M3 bytes."""
+    def quantize_group(xg, g):
+        a = amax[g].reshape(1)
+        return _blocks.nvfp4_quantize(
+            xg,
+            a,
+            a,
+            keys[g],
+            jnp.zeros((2,), jnp.int32),
+            block_axis=0,
+            rowwise=rowwise,
+            colwise=colwise,
+            use_2d=use_2d,
+            use_rht=False,
+            sign_mask=0,
+            stochastic_rounding=stochastic_rounding,
+            global_shape=xg.shape,
+        )
+
+    return _grouped_blocks(
+        x,
+        group_sizes,
+        rows_per_unit=rows_per_unit,
+        rowwise=rowwise,
+        colwise=colwise,
+        block=NVFP4_BLOCK,
+        col_flat=True,
+        data_dtype=jnp.uint8,
+        quantize_group=quantize_group,
+    )
+
+
+def prefix_tree_sum(v: Float[Array, "R N"], count) -> Float[Array, " N"]:
+    """The canonical tree sum (`_tree.py`) of the first `count` rows of `v` (traced count),
+    +0 when `count` is 0. Each row is placed at its leaf slot of the tree over `count`
+    values, padded to `2^ceil(log2 R)` with -0.0 (the identity of IEEE addition)."""
+    r, n = v.shape
+    depth = max(0, (r - 1).bit_length())
+    width = 1 << depth
+    i = jnp.arange(r, dtype=jnp.int32)
+    begin, size, slot = jnp.zeros_like(i), jnp.full_like(i, count), jnp.zeros_like(i)
+    for level in range(depth):
+        half = (size + 1) // 2
+        right = (i >= begin + half) & (size > 1)
+        slot = slot + jnp.where(right, 1 << (depth - 1 - level), 0)
+        begin = jnp.where(right, begin + half, begin)
+        size = jnp.where(size > 1, jnp.where(right, size - half, half), size)
+    slot = jnp.where(i < count, slot, width)  # rows past the count: dropped
+    leaves = jnp.full((width, n), -0.0, jnp.float32).at[slot].set(
+        v.astype(jnp.float32), mode="drop"
+    )
+    for _ in range(depth):
+        leaves = leaves.reshape(leaves.shape[0] // 2, 2, n)
+        leaves = lax.optimization_barrier(add(leaves[:, 0], leaves[:, 1]))
+    total = leaves.reshape(n)
+    return jnp.where(count > 0, total, jnp.zeros_like(total))
+
+
+def grouped_dbias(x, group_sizes, *, rows_per_unit) -> Float[Array, "G N"]:
+    """Per-group canonical tree sums of the group's rows (float32, not yet cast)."""
+    r, n = x.shape
+    init = jnp.zeros((group_sizes.shape[0], n), jnp.float32)
+
+    def body(out, g, start, count, gid):
+        del gid
+        if r == 0:
+            return out
+        return out.at[g].set(prefix_tree_sum(_group_rows(x, start, count), count))
+
+    out, _, _ = _scan_groups(x, group_sizes, rows_per_unit, init, body)
+    return out
