@@ -11,6 +11,7 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from beartype import beartype
 from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 
@@ -121,16 +122,27 @@ class _Config:
         )
 
 
+_SIZES_MESSAGE = (
+    "eqx_quant grouped op: group_sizes must be non-negative and sum to x.shape[0]; rows past "
+    "the sum would be zero in the output (pass check=False to skip this check)."
+)
+
+
+def _raise_if_bad(bad) -> None:
+    if np.any(bad):
+        raise ValueError(_SIZES_MESSAGE)
+
+
 def _checked(x2d, group_sizes, total: int, check: bool):
     if not check:
         return x2d
     bad = (jnp.sum(group_sizes) != total) | jnp.any(group_sizes < 0)
-    return eqx.error_if(
-        x2d,
-        bad,
-        "eqx_quant grouped op: group_sizes must be non-negative and sum to x.shape[0]; rows "
-        "past the sum would be zero in the output (pass check=False to skip this check).",
-    )
+    if jax.typeof(bad).manual_axis_type.varying:
+        # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
+        # (its error branch is not device-varying); a host callback raises the same error.
+        jax.debug.callback(_raise_if_bad, bad)
+        return x2d
+    return eqx.error_if(x2d, bad, _SIZES_MESSAGE)
 
 
 def _group_keys(key_words, groups: int):
@@ -238,16 +250,24 @@ def _grouped_ste_bwd(config, residuals, cotangents):
             dx = dx + rows_from_stored(part.data, group_sizes, layout)
     if ct_dbias is not None:
         fa = config.flatten_axis
-        starts, counts = _grouped.group_bounds(group_sizes, math.prod(config.x_shape[1:fa]),
-                                               math.prod(config.x_shape[:fa]))
-        gid = _grouped.row_groups(starts, counts, math.prod(config.x_shape[:fa]))
-        per_group = ct_dbias.astype(jnp.float32).reshape(group_sizes.shape[0], -1)
-        per_row = jnp.where((gid < group_sizes.shape[0])[:, None],
-                            per_group[jnp.minimum(gid, group_sizes.shape[0] - 1)], 0.0)
-        dx = dx + per_row.reshape(config.x_shape)
+        dx = dx + _dbias_cotangent(ct_dbias, group_sizes, config.x_shape, fa)
     zeros = jax.tree.map(jnp.zeros_like, quantizer_arrays)
-    float0 = jax.numpy.zeros(group_sizes.shape, jax.dtypes.float0)
-    return dx.astype(config.x_dtype), float0, zeros, None
+    return dx.astype(config.x_dtype), _no_cotangent(group_sizes), zeros, None
+
+
+def _no_cotangent(group_sizes):
+    return np.zeros(group_sizes.shape, jax.dtypes.float0)
+
+
+def _dbias_cotangent(ct_dbias, group_sizes, x_shape, fa: int):
+    """The cotangent of x for a dbias cotangent: each row gets its group's (0 past the sum)."""
+    rows, rpu = math.prod(x_shape[:fa]), math.prod(x_shape[1:fa])
+    starts, counts = _grouped.group_bounds(group_sizes, rpu, rows)
+    gid = _grouped.row_groups(starts, counts, rows)
+    groups = group_sizes.shape[0]
+    per_group = ct_dbias.astype(jnp.float32).reshape(groups, -1)
+    per_row = per_group[jnp.minimum(gid, groups - 1)]
+    return jnp.where((gid < groups)[:, None], per_row, 0.0).reshape(x_shape)
 
 
 _grouped_ste.defvjp(_grouped_ste_fwd, _grouped_ste_bwd)
@@ -338,12 +358,30 @@ def _check_gd(grad, group_sizes, check, impl):
     _check_group_sizes(fn, grad, group_sizes)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _grouped_dbias(grad, group_sizes, check: bool, impl: str):
     m = grad.shape[0]
     n = math.prod(grad.shape[1:])
     g2d = _checked(grad.reshape(m, n), group_sizes, m, check)
     return _dbias(g2d, group_sizes, 1, impl, grad.shape[1:])
+
+
+def _grouped_dbias_fwd(grad, group_sizes, check, impl):
+    # An empty (M, 0) array carries grad's row count and dtype (residuals must be arrays).
+    like = jnp.zeros((grad.shape[0], 0), grad.dtype)
+    return _grouped_dbias(grad, group_sizes, check, impl), (group_sizes, like)
+
+
+def _grouped_dbias_bwd(check, impl, residuals, ct):
+    del check, impl
+    group_sizes, like = residuals
+    shape = like.shape[:1] + ct.shape[1:]
+    dx = _dbias_cotangent(ct, group_sizes, shape, 1).astype(like.dtype)
+    return dx, _no_cotangent(group_sizes)
+
+
+_grouped_dbias.defvjp(_grouped_dbias_fwd, _grouped_dbias_bwd)
 
 
 @validated_by(_check_gd)

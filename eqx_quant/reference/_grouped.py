@@ -50,12 +50,10 @@ def group_bounds(
     units = rows // rows_per_unit
     clamped = jnp.clip(group_sizes.astype(jnp.int32), 0, units) * rows_per_unit
 
-    def step(start, size):
-        end = jnp.minimum(start + size, rows)
-        return end, (start, end - start)
-
-    _, (starts, counts) = lax.scan(step, jnp.int32(0), clamped)
-    return starts, counts
+    # Saturating prefix sums: min(a + b, R) is associative on [0, R] and never overflows.
+    ends = lax.associative_scan(lambda a, b: jnp.minimum(a + b, rows), clamped)
+    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    return starts, ends - starts
 
 
 def row_groups(starts: Int[Array, " G"], counts: Int[Array, " G"], rows: int) -> Int[Array, " R"]:
@@ -137,6 +135,10 @@ def _scan_groups(x, group_sizes, rows_per_unit, init, body):
         gi, start, count = inputs
         return body(carry, gi, start, count, gid), None
 
+    # Inside shard_map the carry must be device-varying like x (the scan type-checks it).
+    axes = tuple(jax.typeof(x).manual_axis_type.varying)
+    if axes:
+        init = jax.tree.map(lambda a: lax.pcast(a, axes, to="varying"), init)
     out, _ = lax.scan(step, init, (g, starts, counts))
     return out, starts, counts
 
