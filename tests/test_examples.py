@@ -142,3 +142,17 @@ def test_quickstart_e4m3_beats_e5m2(quickstart_output):
     e4m3 = rows[("current", "float8_e4m3fn")]["sqnr_db"]
     e5m2 = rows[("current", "float8_e5m2")]["sqnr_db"]
     assert 4.0 < e4m3 - e5m2 < 8.0, (e4m3, e5m2)
+
+
+def test_grouped_moe_example():
+    """Every expert of every mode matched its dense quantize (the script exits otherwise), with
+    the accuracy of the dense formats and a dbias within bfloat16 rounding of segment_sum."""
+    script = ROOT / "examples" / "grouped_moe.py"
+    proc = _run(script)
+    _check_ok(script, proc)
+    rows = [line for line in proc.stdout.splitlines() if "SQNR per expert" in line]
+    assert [r.split()[0] for r in rows] == ["fp8", "mxfp8", "nvfp4"]
+    for row, floor in zip(rows, (28.0, 28.0, 18.0)):
+        values = row.split("(dB):")[1].split("|")[0].split()
+        assert len(values) == 8 and min(float(v) for v in values) > floor, row
+        assert float(row.rsplit(" ", 1)[1]) <= 2.0**-8, row
