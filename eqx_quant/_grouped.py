@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
+from jax import lax
 from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 
 from . import reference
@@ -136,7 +137,11 @@ def _raise_if_bad(bad) -> None:
 def _checked(x2d, group_sizes, total: int, check: bool):
     if not check:
         return x2d
-    bad = (jnp.sum(group_sizes) != total) | jnp.any(group_sizes < 0)
+    # A saturating sum (min(a + b, total + 1) is associative on [0, total + 1]): sizes whose
+    # int32 sum wraps around to `total` are still caught.
+    capped = jnp.clip(group_sizes, 0, total + 1)
+    summed = lax.associative_scan(lambda a, b: jnp.minimum(a + b, total + 1), capped)[-1]
+    bad = (summed != total) | jnp.any(group_sizes < 0)
     if jax.typeof(bad).manual_axis_type.varying:
         # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
         # (its error branch is not device-varying); a host callback raises the same error.
