@@ -20,6 +20,9 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `nvfp4_row`: NVFP4 1D rowwise (global amax pass + E4M3 block scales + E2M1 cast);
 - `nvfp4_rht_rowcol`: NVFP4 rowwise plus the RHT'd, transposed colwise copy (two amaxes);
 - `nvfp4_sr_row`: NVFP4 1D rowwise with stochastic rounding (counter-based Threefry bits).
+- `grouped_mxfp8_row`, `grouped_mxfp8_rowcol`, `grouped_dbias`: the M rows in 8 ragged
+  groups (`eqx_quant/_bench_grouped.py`), per-group swizzled scales, blocks aligned to each
+  group's start.
 
 Timing, on a GPU (CUDA events, device time): `_kernels_cuda.so` also holds tiny FFI targets
 (csrc/ffi/bench_events_cuda.cu): `eqx_quant_bench_event_cuda` records a CUDA event of a fixed
@@ -77,6 +80,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from . import _bench_grouped
+
 
 OPS = (
     "delayed_row",
@@ -90,7 +95,7 @@ OPS = (
     "nvfp4_row",
     "nvfp4_rht_rowcol",
     "nvfp4_sr_row",
-)
+) + _bench_grouped.OPS
 DEFAULT_SIZES = ("1024", "4096", "8192", "16384x4096")
 FP8_MAX = 448.0
 L2_DEFEAT_BYTES = 192 * 10**6
@@ -513,12 +518,17 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
         xs = _inputs(m, n, seed=m * 31 + n)
         scale = jnp.asarray([FP8_MAX / 12.0], jnp.float32)
         for op in ops:
-            if op.startswith("mxfp8") and (m % 32 or n % 32):
+            if "mxfp8" in op and (m % 32 or n % 32):
                 log(f"{op:<22} {f'{m}x{n}':>11} skipped: MXFP8 needs multiples of 32")
                 continue
-            moved = _bytes_moved(op, m, n, 2)
-            ours_measured = _measure(_ours(op), xs, (scale,), reps)
-            xla_measured = _measure(_xla(op), xs, (scale,), reps)
+            if op.startswith("grouped"):
+                moved = _bench_grouped.bytes_moved(op, m, n, 2)
+                ours_fn, xla_fn = _bench_grouped.ours(op, m), _bench_grouped.xla(op, m, n)
+            else:
+                moved = _bytes_moved(op, m, n, 2)
+                ours_fn, xla_fn = _ours(op), _xla(op)
+            ours_measured = _measure(ours_fn, xs, (scale,), reps)
+            xla_measured = _measure(xla_fn, xs, (scale,), reps)
             ours, xla = ours_measured["seconds"], xla_measured["seconds"]
             row = dict(
                 op=op,

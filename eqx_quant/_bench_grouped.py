@@ -1,0 +1,99 @@
+"""The grouped (MoE) cases of `python -m eqx_quant.bench`: an M x N bf16 token matrix in 8
+ragged groups (sizes not multiples of 32), ours against a hand-written jnp version.
+
+The hand-written version is what a user would write without eqx_quant: rowwise MXFP8 of the
+whole matrix (a rowwise block never crosses a group), each group's scales gathered into its
+padded, swizzled region; for the colwise copy, the rows scattered into a buffer where every
+group starts at a multiple of 32 (so that blocks do not straddle groups), quantized colwise
+there and gathered back.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+OPS = ("grouped_mxfp8_row", "grouped_mxfp8_rowcol", "grouped_dbias")
+# Fractions of M per group (8 groups); the last group takes the remainder.
+_SHARES = (0.0916, 0.1648, 0.116, 0.1892, 0.061, 0.1404, 0.1038)
+
+
+def group_sizes(m: int) -> np.ndarray:
+    sizes = [int(round(m * s)) for s in _SHARES]
+    return np.asarray(sizes + [m - sum(sizes)], np.int32)
+
+
+def ours(op: str, m: int) -> tuple:
+    import eqx_quant as eqq
+
+    sizes = jnp.asarray(group_sizes(m))
+    if op == "grouped_dbias":
+        return lambda x, scale: eqq.grouped_dbias(x, sizes, check=False, impl="ffi")
+    layout = eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
+    q = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
+    return lambda x, scale: eqq.grouped_quantize(x, sizes, q, check=False, impl="ffi")
+
+
+def _swizzled_gather(m: int, cols: int, sizes: np.ndarray) -> np.ndarray:
+    """For each byte of the per-group swizzled buffer, the flat index of its scale in the
+    dense (m, cols) scale matrix, or m * cols for padding (a host-side table, as a user
+    would precompute it for fixed sizes)."""
+    from .reference import _grouped, _mx
+
+    total = _grouped.scale_buffer_length(m, cols * 32, len(sizes), 32, colwise=False)
+    table = np.full(total, m * cols, np.int64)
+    q = -(-cols // 4) * 4
+    offset, start = 0, 0
+    for size in sizes:
+        r = np.arange(size)[:, None]
+        c = np.arange(cols)[None, :]
+        table[offset + _mx.swizzle_offset(r, c, q)] = (start + r) * cols + c
+        offset += -(-size // 128) * 128 * q
+        start += size
+    return table
+
+
+def xla(op: str, m: int, n: int):
+    from .bench import _mxfp8_blocks
+
+    sizes = group_sizes(m)
+    if op == "grouped_dbias":
+        segments = jnp.asarray(np.repeat(np.arange(len(sizes)), sizes))
+
+        def dbias(x, scale):
+            del scale
+            summed = jax.ops.segment_sum(x.astype(jnp.float32), segments, len(sizes))
+            return summed.astype(x.dtype)
+
+        return dbias
+    row_table = jnp.asarray(_swizzled_gather(m, n // 32, sizes))
+    aligned = -(-sizes // 32) * 32
+    padded_rows = int(aligned.sum())
+    padded_starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
+    to_padded = jnp.asarray(
+        np.concatenate([ps + np.arange(s) for ps, s in zip(padded_starts, sizes)])
+    )
+
+    def grouped(x, scale):
+        del scale
+        row, row_scale = _mxfp8_blocks(x, 1)
+        flat = jnp.concatenate([row_scale.reshape(-1), jnp.zeros((1,), jnp.uint8)])
+        out = {"row": row, "row_scale": flat[row_table]}
+        if op.endswith("rowcol"):
+            padded = jnp.zeros((padded_rows, n), x.dtype).at[to_padded].set(x)
+            col, col_scale = _mxfp8_blocks(padded, 0)
+            out["col"] = col[to_padded]
+            out["col_scale"] = col_scale  # (a swizzle would add one more gather)
+        return out
+
+    return grouped
+
+
+def bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
+    if op == "grouped_dbias":
+        return m * n * itemsize + (len(_SHARES) + 1) * n * itemsize
+    total = m * n * itemsize + m * n + m * n // 32
+    if op.endswith("rowcol"):
+        total += m * n + m * n // 32
+    return total
+
