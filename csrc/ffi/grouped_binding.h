@@ -1,0 +1,127 @@
+// The XLA FFI binding schemas of the grouped (MoE) ops (docs/grouped.md,
+// "Ops"), shared by the CPU and (later) CUDA handlers. Bt = the n_batch
+// leading batch dims of x, (R, N) = the 2-D view of one example, G = the
+// number of groups (G >= 1), U = rows_per_unit. Lr / Lc = the worst-case
+// scale buffer lengths of common/grouped_layout.h (ScaleBufferBytes) for the
+// format's block B (32 MXFP8, 16 NVFP4).
+//
+// eqx_quant_grouped_fp8_quantize:
+//   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)
+//   Arg 1  scale        F32                   Bt + (G,)
+//   Arg 2  group_sizes  S32                   Bt + (G,)
+//   Ret 0  row          F8E4M3FN | F8E5M2     Bt + (R, N) if rowwise, else (0,)
+//   Ret 1  col          the FP8 type of row   Bt + (R*N,) if colwise, else (0,)
+//   Ret 2  scale_inv    F32                   Bt + (G,)
+//   Ret 3  amax         F32                   Bt + (G,)
+//   Attrs  n_batch: int64, rows_per_unit: int64, rowwise: bool,
+//          colwise: bool
+//
+// eqx_quant_grouped_mxfp8_quantize:
+//   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)
+//   Arg 1  group_sizes  S32                   Bt + (G,)
+//   Ret 0  row          F8E4M3FN | F8E5M2     Bt + (R, N) if rowwise, else (0,)
+//   Ret 1  row_scale    U8 (E8M0)             Bt + (Lr,) if rowwise, else (0,)
+//   Ret 2  col          the FP8 type of row   Bt + (R, N) if colwise, else (0,)
+//   Ret 3  col_scale    U8 (E8M0)             Bt + (Lc,) if colwise, else (0,)
+//   Attrs  n_batch: int64, rows_per_unit: int64, rowwise: bool,
+//          colwise: bool
+//
+// eqx_quant_grouped_nvfp4_quantize:
+//   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)
+//   Arg 1  amax         F32                   Bt + (G,)
+//   Arg 2  keys         U32                   Bt + (G, 2)
+//   Arg 3  group_sizes  S32                   Bt + (G,)
+//   Ret 0  row          U8 (E2M1 codes)       Bt + (R, N) if rowwise, else (0,)
+//   Ret 1  row_scale    U8 (E4M3)             Bt + (Lr,) if rowwise, else (0,)
+//   Ret 2  col          U8 (E2M1 codes)       Bt + (R*N,) if colwise, else (0,)
+//   Ret 3  col_scale    U8 (E4M3)             Bt + (Lc,) if colwise, else (0,)
+//   Attrs  n_batch: int64, rows_per_unit: int64, rowwise: bool,
+//          colwise: bool, use_2d: bool, stochastic_rounding: bool
+//
+// eqx_quant_grouped_dbias:
+//   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)
+//   Arg 1  group_sizes  S32                   Bt + (G,)
+//   Ret 0  dbias        F32                   Bt + (G, N)
+//   Attrs  n_batch: int64, rows_per_unit: int64
+//
+// Every buffer is bound as AnyBuffer so that the handler checks the element
+// types itself and reports them with the op's own error messages. Handler
+// parameters (after any context parameters): the buffers in the order above
+// (AnyBuffer for Args, Result<AnyBuffer> for Rets), then the attributes in
+// the order above (int64_t, bool).
+
+#ifndef EQX_QUANT_CSRC_FFI_GROUPED_BINDING_H_
+#define EQX_QUANT_CSRC_FFI_GROUPED_BINDING_H_
+
+#include <cstdint>
+#include <utility>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace eqx_quant {
+
+// Append the operands above to `binding`: pass xla::ffi::Ffi::Bind() for a CPU
+// handler, or Bind() with the platform stream context already added.
+template <typename Binding>
+auto BindGroupedFp8QuantizeOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()  // x
+      .template Arg<xla::ffi::AnyBuffer>()  // scale
+      .template Arg<xla::ffi::AnyBuffer>()  // group_sizes
+      .template Ret<xla::ffi::AnyBuffer>()  // row
+      .template Ret<xla::ffi::AnyBuffer>()  // col
+      .template Ret<xla::ffi::AnyBuffer>()  // scale_inv
+      .template Ret<xla::ffi::AnyBuffer>()  // amax
+      .template Attr<int64_t>("n_batch")
+      .template Attr<int64_t>("rows_per_unit")
+      .template Attr<bool>("rowwise")
+      .template Attr<bool>("colwise");
+}
+
+template <typename Binding>
+auto BindGroupedMxfp8QuantizeOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()  // x
+      .template Arg<xla::ffi::AnyBuffer>()  // group_sizes
+      .template Ret<xla::ffi::AnyBuffer>()  // row
+      .template Ret<xla::ffi::AnyBuffer>()  // row_scale
+      .template Ret<xla::ffi::AnyBuffer>()  // col
+      .template Ret<xla::ffi::AnyBuffer>()  // col_scale
+      .template Attr<int64_t>("n_batch")
+      .template Attr<int64_t>("rows_per_unit")
+      .template Attr<bool>("rowwise")
+      .template Attr<bool>("colwise");
+}
+
+template <typename Binding>
+auto BindGroupedNvfp4QuantizeOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()  // x
+      .template Arg<xla::ffi::AnyBuffer>()  // amax
+      .template Arg<xla::ffi::AnyBuffer>()  // keys
+      .template Arg<xla::ffi::AnyBuffer>()  // group_sizes
+      .template Ret<xla::ffi::AnyBuffer>()  // row
+      .template Ret<xla::ffi::AnyBuffer>()  // row_scale
+      .template Ret<xla::ffi::AnyBuffer>()  // col
+      .template Ret<xla::ffi::AnyBuffer>()  // col_scale
+      .template Attr<int64_t>("n_batch")
+      .template Attr<int64_t>("rows_per_unit")
+      .template Attr<bool>("rowwise")
+      .template Attr<bool>("colwise")
+      .template Attr<bool>("use_2d")
+      .template Attr<bool>("stochastic_rounding");
+}
+
+template <typename Binding>
+auto BindGroupedDbiasOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()  // x
+      .template Arg<xla::ffi::AnyBuffer>()  // group_sizes
+      .template Ret<xla::ffi::AnyBuffer>()  // dbias
+      .template Attr<int64_t>("n_batch")
+      .template Attr<int64_t>("rows_per_unit");
+}
+
+}  // namespace eqx_quant
+
+#endif  // EQX_QUANT_CSRC_FFI_GROUPED_BINDING_H_
