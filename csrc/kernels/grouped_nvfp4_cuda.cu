@@ -1,0 +1,343 @@
+// CUDA kernel of eqx_quant_grouped_nvfp4_quantize for sm_90a. Bit-exact with
+// the CPU kernel (kernels/grouped_quantize_cpu.cc), which hands each group to
+// the dense NVFP4 CPU kernel as the 2-D example (rows_g, N) with blocked axis
+// 0 (K = rows_g, L = N), the group's amax for both parts, the group's key,
+// offset 0 and global shape (rows_g, N): so the stochastic-rounding index of
+// element (i, n) of the group is uint64(uint32(i)) * N + uint32(n), i local
+// to the group. The colwise part is the group's (N, rows_g) T layout at
+// start_g * N with (N, ceil(rows_g/16)) scales (already T_g's orientation).
+// The block and element arithmetic is the dense CUDA kernels' (kernels/
+// nvfp4_quantize_cuda_math.cuh, nvfp4_quantize_cuda_device.cuh,
+// common/nvfp4_format.h). Compiled with --fmad=false --ftz=false
+// --prec-div=true.
+//
+// TileKernel (256 threads, one unit per CTA, see grouped_quantize_cuda_
+// device.cuh for the units): a unit is a tile of 64 rows, aligned at its
+// group's start, x 64 columns, so rowwise blocks, colwise blocks and 2D
+// 16x16 tiles (which start at the group's first row) never straddle units.
+// As in the dense TileKernel (kernels/nvfp4_tile_cuda.cu):
+//   * the tile is loaded as f32 into shared memory (rows past the group and
+//     columns past N are 0: zero padding changes no block amax);
+//   * colwise / 2D phase: thread (kb, j) = (t / 64, t % 64) reads rows
+//     16 kb .. 16 kb + 15 of column j; 2D: the 16x16 tile amax is a 16-lane
+//     shuffle, published for the rowwise phase; colwise: scale byte, codes,
+//     16 codes of the T row of column j, one scale byte;
+//   * rowwise phase: thread (r, lb) = (t % 64, t / 64) encodes columns
+//     16 lb .. 16 lb + 15 of row r.
+// The encode multipliers of the 128 scale bytes of the group are a shared
+// table. Shared element (r, c) is at r * 65 + c: conflict-free both ways.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/grouped_layout.h"
+#include "common/grouped_problem.h"
+#include "common/nvfp4_format.h"
+#include "common/threefry.h"
+#include "kernels/grouped_quantize_cuda.h"
+#include "kernels/grouped_quantize_cuda_device.cuh"
+#include "kernels/nvfp4_quantize_cuda_device.cuh"
+
+namespace eqx_quant::cuda {
+namespace {
+
+using namespace grouped_dev;  // NOLINT: the shared helpers of the grouped ops
+using nvfp4::Bf16In;
+using nvfp4::E4M3Byte;
+using nvfp4::EncodeExact;
+using nvfp4::EncodeFast;
+using nvfp4::EncodeSr;
+using nvfp4::F16In;
+using nvfp4::F32In;
+using nvfp4::kB;  // 16
+using nvfp4::kF32Inf;
+using nvfp4::MulRn;
+using nvfp4::NanFreeKey;
+using nvfp4::RawKey;
+using nvfp4::StoreCodes;
+
+constexpr int kTile = 64;  // tile rows and columns
+constexpr int kPitch = kTile + 1;
+
+struct Nvfp4Params {
+  const void* x;
+  const float* amax;       // batch x G
+  const uint32_t* keys;    // batch x G x 2
+  const int32_t* group_sizes;
+  uint8_t* row;
+  uint8_t* row_scale;
+  uint8_t* col;
+  uint8_t* col_scale;
+  int64_t batch;
+  RowSpec rs;    // R, U
+  int64_t rows;  // R
+  int64_t cols;  // N
+  int64_t groups;
+  int64_t row_scale_bytes;
+  int64_t col_scale_bytes;
+  int64_t col_tiles;    // ceil(N / 64)
+  int64_t group_units;  // W(R, G, 64)
+  bool use_2d;
+};
+
+// The SR index of element (i, n) of a group (row-major in (rows_g, N)), as
+// the dense kernels' SrTerm sums compute it with offset 0.
+__device__ __forceinline__ uint64_t SrIndex(int64_t i, int64_t n,
+                                            int64_t cols) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(i)) *
+             static_cast<uint64_t>(cols) +
+         static_cast<uint64_t>(static_cast<uint32_t>(n));
+}
+
+template <typename In, bool kRow, bool kCol, bool kSr>
+__global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
+    Nvfp4TileKernel(const __grid_constant__ Nvfp4Params p) {
+  using Storage = typename In::Storage;
+  __shared__ float tile[kTile * kPitch];
+  __shared__ uint32_t tile_key[kTile / kB][kTile / kB];
+  __shared__ float enc_table[128];
+  __shared__ LocateShared sh;
+
+  const int t = threadIdx.x;
+  const int64_t R = p.rows;
+  const int64_t N = p.cols;
+  const int64_t G = p.groups;
+  const int64_t unit = blockIdx.x;
+  const int64_t elements = R * N;
+
+  for (int64_t ex = blockIdx.z; ex < p.batch; ex += gridDim.z) {
+    for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
+      const int32_t* sizes = p.group_sizes + ex * G;
+      const int64_t col0 = ct * kTile;
+
+      if (unit >= p.group_units) {  // a tail unit
+        const int64_t end = GroupsEnd(sizes, G, p.rs, sh.warp_sums);
+        const int64_t first = end + (unit - p.group_units) * kTile;
+        const int64_t last = min(R, first + kTile);
+        const int64_t width = min(int64_t{kTile}, N - col0);
+        if (first < last && width > 0) {
+          if (kRow) {
+            ZeroRows<kTile>(p.row + ex * elements, N, first, last, col0, width);
+          }
+          if (kCol) {
+            ZeroRows<kTile>(p.col + ex * elements, N, first, last, col0, width);
+          }
+        }
+        continue;
+      }
+
+      RegionSpec regions;
+      regions.rowwise = kRow;
+      regions.colwise = kCol;
+      regions.block = grouped::kNvfp4Block;
+      LocateTile<kTile>(sizes, G, p.rs, N, regions, unit, sh);
+      const GroupTile& gt = sh.found;  // read where used: fewer registers
+      if (gt.group < 0) continue;
+      const int64_t first_local = gt.tile * kTile;  // in the group
+      const int64_t row0 = gt.start + first_local;  // in the example
+      const int tile_rows =
+          static_cast<int>(min(int64_t{kTile}, gt.rows - first_local));
+      const int tile_cols = static_cast<int>(min(int64_t{kTile}, N - col0));
+      const int64_t slot = ex * G + gt.group;
+
+      // The group's tensor scale (both parts use the group's amax) and the
+      // encode multipliers of the 128 scale bytes.
+      const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[slot]);
+      if (t < 128) {
+        enc_table[t] = Nvfp4EncodeMultiplier(static_cast<uint8_t>(t), ts);
+      }
+      uint32_t key0 = 0;
+      uint32_t key1 = 0;
+      if constexpr (kSr) {
+        key0 = p.keys[2 * slot];
+        key1 = p.keys[2 * slot + 1];
+      }
+
+      // The tile, as f32 (zeros outside the group and past N).
+      const Storage* x = static_cast<const Storage*>(p.x) + ex * elements;
+      {
+        const int c = t % kTile;
+        const Storage* src = x + row0 * N + col0 + c;
+#pragma unroll 4
+        for (int j = 0; j < kTile * kTile / kThreads; ++j) {
+          const int r = t / kTile + j * (kThreads / kTile);
+          float v = 0.0f;
+          if (r < tile_rows && c < tile_cols) v = In::Convert(src[r * N]);
+          tile[r * kPitch + c] = v;
+        }
+      }
+      __syncthreads();  // the tile and enc_table are in
+
+      // Colwise / 2D: thread (kb, j) has rows 16 kb .. 16 kb + 15 of column j.
+      if (kCol || p.use_2d) {
+        const int kb = t / kTile;
+        const int j = t % kTile;
+        float v[kB];
+#pragma unroll
+        for (int i = 0; i < kB; ++i) v[i] = tile[(kb * kB + i) * kPitch + j];
+        uint32_t tile_amax = 0;
+        if (p.use_2d) {  // all lanes: the 16x16 tile's amax
+          tile_amax = NanFreeKey<kB>(v);
+#pragma unroll
+          for (int s = 1; s < kB; s *= 2) {
+            tile_amax =
+                max(tile_amax, __shfl_xor_sync(0xFFFFFFFFu, tile_amax, s));
+          }
+          if (kRow && j % kB == 0) tile_key[kb][j / kB] = tile_amax;
+        }
+        if (kCol && kb * kB < tile_rows && j < tile_cols) {
+          const uint32_t raw = RawKey<kB>(v);
+          const bool has_nan = raw > kF32Inf;
+          const uint32_t key =
+              p.use_2d ? tile_amax : (has_nan ? NanFreeKey<kB>(v) : raw);
+          const uint32_t sdb = E4M3Byte(MulRn(__uint_as_float(key), ts.factor));
+          const float enc = enc_table[sdb & 127u];
+          const int64_t n = col0 + j;
+          const int64_t i0 = first_local + kb * kB;  // first row, in the group
+          uint32_t q[4];
+          if constexpr (kSr) {
+            EncodeSr<kB>(
+                v, enc, key0, key1, kColwiseStream,
+                [&](int i) { return SrIndex(i0 + i, n, N); }, q);
+          } else if (has_nan) {
+            EncodeExact<kB>(v, enc, q);
+          } else {
+            EncodeFast<kB>(v, enc, q);
+          }
+          StoreCodes(p.col + ex * elements + gt.start * N + n * gt.rows + i0, q,
+                     min(kB, tile_rows - kb * kB));
+          const int64_t q_cols =
+              grouped::PadTo(grouped::CeilDiv(gt.rows, int64_t{kB}), 4);
+          p.col_scale[ex * p.col_scale_bytes + gt.col_region +
+                      grouped::SwizzleOffset(n, i0 / kB, q_cols)] =
+              static_cast<uint8_t>(sdb);
+        }
+      }
+
+      // Rowwise: thread (r, lb) has columns 16 lb .. 16 lb + 15 of row r.
+      if constexpr (kRow) {
+        if (p.use_2d) __syncthreads();  // tile_key is in
+        const int r = t % kTile;
+        const int lb = t / kTile;
+        if (r < tile_rows && lb * kB < tile_cols) {
+          float v[kB];
+#pragma unroll
+          for (int e = 0; e < kB; ++e) v[e] = tile[r * kPitch + lb * kB + e];
+          const uint32_t raw = RawKey<kB>(v);
+          const bool has_nan = raw > kF32Inf;
+          const uint32_t key = p.use_2d ? tile_key[r / kB][lb]
+                                        : (has_nan ? NanFreeKey<kB>(v) : raw);
+          const uint32_t sdb = E4M3Byte(MulRn(__uint_as_float(key), ts.factor));
+          const float enc = enc_table[sdb & 127u];
+          const int64_t i = first_local + r;  // in the group
+          const int64_t n0 = col0 + lb * kB;
+          uint32_t q[4];
+          if constexpr (kSr) {
+            EncodeSr<kB>(
+                v, enc, key0, key1, kRowwiseStream,
+                [&](int e) { return SrIndex(i, n0 + e, N); }, q);
+          } else if (has_nan) {
+            EncodeExact<kB>(v, enc, q);
+          } else {
+            EncodeFast<kB>(v, enc, q);
+          }
+          StoreCodes(p.row + ex * elements + (row0 + r) * N + n0, q,
+                     min(kB, tile_cols - lb * kB));
+          const int64_t q_cols =
+              grouped::PadTo(grouped::CeilDiv(N, int64_t{kB}), 4);
+          p.row_scale[ex * p.row_scale_bytes + gt.row_region +
+                      grouped::SwizzleOffset(i, n0 / kB, q_cols)] =
+              static_cast<uint8_t>(sdb);
+        }
+      }
+      // The next LocateTile starts with a barrier: tile, tile_key and
+      // enc_table are free by then.
+    }  // column tiles
+  }  // examples
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+template <typename In, bool kSr>
+GroupedLaunchStatus LaunchLayout(const Nvfp4Params& p, bool rowwise,
+                                 bool colwise, dim3 grid,
+                                 cudaStream_t stream) {
+  if (rowwise && colwise) {
+    Nvfp4TileKernel<In, true, true, kSr><<<grid, kThreads, 0, stream>>>(p);
+  } else if (rowwise) {
+    Nvfp4TileKernel<In, true, false, kSr><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    Nvfp4TileKernel<In, false, true, kSr><<<grid, kThreads, 0, stream>>>(p);
+  }
+  return CheckLaunch("launching the grouped NVFP4 TileKernel");
+}
+
+template <typename In>
+GroupedLaunchStatus LaunchInput(const Nvfp4Params& p, bool rowwise,
+                                bool colwise, bool sr, dim3 grid,
+                                cudaStream_t stream) {
+  return sr ? LaunchLayout<In, true>(p, rowwise, colwise, grid, stream)
+            : LaunchLayout<In, false>(p, rowwise, colwise, grid, stream);
+}
+
+}  // namespace
+
+GroupedLaunchStatus GroupedNvfp4Quantize(
+    const GroupedNvfp4QuantizeProblem& problem,
+    const GroupedNvfp4QuantizeBuffers& buffers, CUstream_st* stream) {
+  const GroupedView& v = problem.view;
+  if (v.batch == 0) return GroupedLaunchStatus{};
+  // The padding of the scale regions (and the bytes after them) is 0.
+  GroupedLaunchStatus status =
+      ZeroFill(problem.rowwise ? buffers.row_scale : nullptr,
+               v.batch * problem.row_scale_bytes, stream,
+               "zero-filling row_scale (cudaMemsetAsync)");
+  if (!status.ok) return status;
+  status = ZeroFill(problem.colwise ? buffers.col_scale : nullptr,
+                    v.batch * problem.col_scale_bytes, stream,
+                    "zero-filling col_scale (cudaMemsetAsync)");
+  if (!status.ok) return status;
+  if (v.rows * v.cols == 0) return status;
+
+  Nvfp4Params p{};
+  p.x = buffers.x;
+  p.amax = buffers.amax;
+  p.keys = buffers.keys;
+  p.group_sizes = buffers.group_sizes;
+  p.row = problem.rowwise ? buffers.row : nullptr;
+  p.row_scale = problem.rowwise ? buffers.row_scale : nullptr;
+  p.col = problem.colwise ? buffers.col : nullptr;
+  p.col_scale = problem.colwise ? buffers.col_scale : nullptr;
+  p.batch = v.batch;
+  p.rows = v.rows;
+  p.cols = v.cols;
+  p.groups = v.groups;
+  p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
+  p.row_scale_bytes = problem.row_scale_bytes;
+  p.col_scale_bytes = problem.col_scale_bytes;
+  p.use_2d = problem.use_2d;
+  dim3 grid;
+  if (!TileGrid(v.rows, v.cols, v.groups, kTile, kTile, v.batch,
+                &p.group_units, &p.col_tiles, &grid)) {
+    return Unsupported(
+        "the tensor is too large (2^31 row tiles or more per example)");
+  }
+  const bool sr = problem.stochastic_rounding;
+  switch (v.input_type) {
+    case InputType::kF32:
+      return LaunchInput<F32In>(p, problem.rowwise, problem.colwise, sr, grid,
+                                stream);
+    case InputType::kF16:
+      return LaunchInput<F16In>(p, problem.rowwise, problem.colwise, sr, grid,
+                                stream);
+    case InputType::kBF16:
+      return LaunchInput<Bf16In>(p, problem.rowwise, problem.colwise, sr,
+                                 grid, stream);
+  }
+  return Unsupported("unknown input type");
+}
+
+}  // namespace eqx_quant::cuda
