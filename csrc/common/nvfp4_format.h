@@ -61,8 +61,8 @@ EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1(float value) {
 // Integer form: a = sig * 2^(e - 150) with e = max(exponent field, 1) and sig
 // the significand with its implicit bit, so t = a / step = sig / 2^f with
 // f = 150 + log2(step) - e >= 22 for a < 6; n = sig >> f, frac = sig mod 2^f
-// and the threshold is ceil(frac / 2^(f - 24)). Shifts are clamped to 31,
-// which changes nothing because sig < 2^24. Branch-free (selects only), so a
+// and the threshold is ceil(frac / 2^(f - 24)). Shifts are clamped to [0, 31],
+// which changes nothing because sig < 2^24 (and huge a saturate anyway). Branch-free (selects only), so a
 // loop over it vectorises.
 EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
                                                       uint32_t r) {
@@ -79,12 +79,14 @@ EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
   // Code of the grid point n * step: n, n + 2 or n + 4.
   const uint32_t code_offset = static_cast<uint32_t>(2 * (step_log2 + 1));
   const int f = 150 + step_log2 - e;
-  const int f_clamped = f > 31 ? 31 : f;
+  // f < 0 only for a >= 2^104, whose code the a >= 6 select below overrides:
+  // clamping to [0, 31] keeps every shift defined without changing a result.
+  const int f_clamped = f > 31 ? 31 : (f < 0 ? 0 : f);
   const uint32_t n = sig >> f_clamped;
   const uint32_t frac = sig & ((1u << f_clamped) - 1u);
   const int shift = f - 24;  // >= -2
   const int right = shift > 31 ? 31 : (shift < 0 ? 0 : shift);
-  const int left = shift < 0 ? -shift : 0;
+  const int left = shift < 0 ? (shift < -31 ? 31 : -shift) : 0;
   const uint32_t round_up_bit =
       (frac & ((1u << right) - 1u)) != 0 ? 1u : 0u;
   const uint32_t threshold =
