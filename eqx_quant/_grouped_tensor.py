@@ -16,8 +16,8 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, Float, Int, Shaped, jaxtyped
 
-from ._enums import QuantizeLayout, ScalingMode
-from ._tensor import AbstractScaledTensor, ScaledTensor1x
+from ._enums import ScalingMode
+from ._tensor import AbstractLayoutPair, AbstractScaledTensor, ScaledTensor1x
 from .reference import _grouped, _mx, _nvfp4
 from .reference._ieee import cast_canonical, multiply
 
@@ -298,20 +298,12 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
 
 
 @jaxtyped(typechecker=beartype)
-class GroupedScaledTensor(AbstractScaledTensor):
+class GroupedScaledTensor(AbstractLayoutPair):
     """The result of `eqx_quant.grouped_quantize`: a rowwise and/or a colwise
     `GroupedScaledTensor1x` (None where the layout did not ask for it)."""
 
     rowwise: GroupedScaledTensor1x | None
     colwise: GroupedScaledTensor1x | None
-
-    def __check_init__(self):
-        if self.rowwise is None and self.colwise is None:
-            raise ValueError("GroupedScaledTensor: at least one of rowwise / colwise must be given.")
-
-    @property
-    def _first(self) -> GroupedScaledTensor1x:
-        return self.rowwise if self.rowwise is not None else self.colwise  # type: ignore[return-value]
 
     @property
     def group_sizes(self) -> Int[Array, "*batch G"]:
@@ -325,20 +317,6 @@ class GroupedScaledTensor(AbstractScaledTensor):
     @property
     def original_shape(self) -> tuple[int, ...]:
         return self._first.original_shape
-
-    @property
-    def scaling_mode(self) -> ScalingMode:
-        return self._first.scaling_mode
-
-    @property
-    def q_layout(self) -> QuantizeLayout:
-        if self.rowwise is not None and self.colwise is not None:
-            return QuantizeLayout.ROWWISE_COLWISE
-        return QuantizeLayout.ROWWISE if self.rowwise is not None else QuantizeLayout.COLWISE
-
-    def dequantize(self) -> Shaped[Array, "..."]:
-        """Dequantize the rowwise part (or the colwise one if there is no rowwise part)."""
-        return self._first.dequantize()
 
     def scale_inv_for_group(self, g: int) -> Shaped[Array, "..."]:
         """Group `g`'s unswizzled scales of the rowwise (else colwise) part. Eager only."""

@@ -177,31 +177,21 @@ def _dequantize_bwd(meta, res, ct):
 _dequantize_vjp.defvjp(_dequantize_fwd, _dequantize_bwd)
 
 
-@jaxtyped(typechecker=beartype)
-class ScaledTensor(AbstractScaledTensor):
-    """The result of `eqx_quant.quantize`: a rowwise and/or a colwise `ScaledTensor1x`.
+class AbstractLayoutPair(AbstractScaledTensor):
+    """A rowwise and/or a colwise part of one tensor (at least one of the two)."""
 
-    **Fields:**
-
-    - `rowwise`: the rowwise copy, or None if the layout did not ask for it.
-    - `colwise`: the colwise copy, or None.
-    """
-
-    rowwise: ScaledTensor1x | None
-    colwise: ScaledTensor1x | None
+    rowwise: eqx.AbstractVar[AbstractScaledTensor | None]
+    colwise: eqx.AbstractVar[AbstractScaledTensor | None]
 
     def __check_init__(self):
         if self.rowwise is None and self.colwise is None:
-            raise ValueError("ScaledTensor: at least one of rowwise / colwise must be given.")
+            raise ValueError(
+                f"{type(self).__name__}: at least one of rowwise / colwise must be given."
+            )
 
     @property
-    def _first(self) -> ScaledTensor1x:
-        return self.rowwise if self.rowwise is not None else self.colwise  # type: ignore[return-value]
-
-    @property
-    def amax(self) -> Float[Array, "1"]:
-        """The amax observed in x (float32, shape (1,))."""
-        return self._first.amax
+    def _first(self):
+        return self.rowwise if self.rowwise is not None else self.colwise
 
     @property
     def scaling_mode(self) -> ScalingMode:
@@ -214,5 +204,24 @@ class ScaledTensor(AbstractScaledTensor):
         return QuantizeLayout.ROWWISE if self.rowwise is not None else QuantizeLayout.COLWISE
 
     def dequantize(self) -> Shaped[Array, "..."]:
-        """Dequantize the rowwise copy (or the colwise one if there is no rowwise copy)."""
+        """Dequantize the rowwise part (or the colwise one if there is no rowwise part)."""
         return self._first.dequantize()
+
+
+@jaxtyped(typechecker=beartype)
+class ScaledTensor(AbstractLayoutPair):
+    """The result of `eqx_quant.quantize`: a rowwise and/or a colwise `ScaledTensor1x`.
+
+    **Fields:**
+
+    - `rowwise`: the rowwise copy, or None if the layout did not ask for it.
+    - `colwise`: the colwise copy, or None.
+    """
+
+    rowwise: ScaledTensor1x | None
+    colwise: ScaledTensor1x | None
+
+    @property
+    def amax(self) -> Float[Array, "1"]:
+        """The amax observed in x (float32, shape (1,))."""
+        return self._first.amax
