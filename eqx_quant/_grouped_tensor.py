@@ -108,7 +108,17 @@ def _element_scale_bytes(scale_inv, w: _Where, layout: _Layout):
     return u[jnp.clip(at, 0, max(u.shape[0] - 1, 0))]
 
 
+def _check_int32(layout: _Layout, fn: str) -> None:
+    if layout.rows * layout.cols >= 2**31:
+        raise ValueError(
+            f"{fn}: a grouped tensor of shape {layout.original_shape} has 2^31 or more "
+            "elements, beyond the int32 indexing of this pure-JAX path. Dequantize the groups "
+            "in several calls (e.g. split the tokens)."
+        )
+
+
 def _dequantize_one(data, scale_inv, amax, group_sizes, layout: _Layout):
+    _check_int32(layout, "dequantize")
     w = _where(group_sizes, layout)
     g = jnp.minimum(w.gid, group_sizes.shape[0] - 1)
     inside = (w.gid < group_sizes.shape[0])[:, None]
@@ -161,6 +171,7 @@ def _dequantize_fwd(data, scale_inv, amax, group_sizes, layout):
 
 def _stored_cotangent(ct, group_sizes, layout: _Layout):
     """The output cotangent moved to the stored layout (0 on rows of no group)."""
+    _check_int32(layout, "grouped dequantize (VJP)")
     w = _where(group_sizes, layout)
     a = ct.astype(jnp.float32).reshape(layout.rows, layout.cols)
     a = jnp.where((w.gid < group_sizes.shape[0])[:, None], a, 0.0)
@@ -180,6 +191,8 @@ _dequantize_vjp.defvjp(_dequantize_fwd, _dequantize_bwd)
 
 def rows_from_stored(ct_data, group_sizes, layout: _Layout):
     """A data cotangent in the stored layout back to x's layout (for the quantize STE)."""
+
+    _check_int32(layout, "grouped quantize (VJP)")
 
     def one(d, gs):
         w = _where(gs, layout)

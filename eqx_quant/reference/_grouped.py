@@ -127,6 +127,12 @@ def _place_scales(buffer, tile, tile_rows, tile_cols, offset):
 def _scan_groups(x, group_sizes, rows_per_unit, init, body):
     """Run `body(carry, g, start, count, gid)` for every group in a `lax.scan`."""
     r = x.shape[0]
+    if x.size >= 2**31:
+        raise ValueError(
+            f"eqx_quant grouped reference: x of shape {x.shape} has 2^31 or more elements, "
+            "beyond the int32 indexing of the pure-JAX reference. Use the compiled kernels "
+            "(impl='auto' on CPU or CUDA), or split the tokens into several calls."
+        )
     starts, counts = group_bounds(group_sizes, rows_per_unit, r)
     gid = row_groups(starts, counts, r)
     g = jnp.arange(group_sizes.shape[0], dtype=jnp.int32)
