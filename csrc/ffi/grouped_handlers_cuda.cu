@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/grouped_problem.h"
-#include "ffi/grouped_args.h"
+#include "ffi/grouped_calls.h"
 #include "ffi/grouped_binding.h"
 #include "kernels/grouped_quantize_cuda.h"
 #include "xla/ffi/api/ffi.h"
@@ -21,16 +21,6 @@ namespace eqx_quant {
 namespace {
 
 namespace ffi = xla::ffi;
-
-template <typename T>
-T* Data(ffi::Result<ffi::AnyBuffer>& buffer) {
-  return static_cast<T*>(buffer->untyped_data());
-}
-
-template <typename T>
-const T* Data(const ffi::AnyBuffer& buffer) {
-  return static_cast<const T*>(buffer.untyped_data());
-}
 
 ffi::Error ToError(const char* target,
                    const cuda::GroupedLaunchStatus& status) {
@@ -45,32 +35,25 @@ ffi::Error ToError(const char* target,
                               cudaGetErrorString(error));
 }
 
+// Validate, then enqueue the kernel; `target` names the op in messages.
+template <typename Call, typename Launch>
+ffi::Error Enqueue(const char* target, const Call& call, Launch launch,
+                   cudaStream_t stream) {
+  if (!call.has_value()) return call.error();
+  return ToError(target, launch(call->problem, call->buffers, stream));
+}
+
 ffi::Error GroupedFp8QuantizeCudaImpl(
     cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale,
     ffi::AnyBuffer group_sizes, ffi::Result<ffi::AnyBuffer> row,
     ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> scale_inv,
     ffi::Result<ffi::AnyBuffer> amax, int64_t n_batch, int64_t rows_per_unit,
     bool rowwise, bool colwise) {
-  GroupedQuantizeAttrs attrs;
-  attrs.n_batch = n_batch;
-  attrs.rows_per_unit = rows_per_unit;
-  attrs.rowwise = rowwise;
-  attrs.colwise = colwise;
-  ffi::ErrorOr<GroupedFp8QuantizeProblem> problem =
-      CheckGroupedFp8QuantizeOperands(x, scale, group_sizes, *row, *col,
-                                      *scale_inv, *amax, attrs);
-  if (!problem.has_value()) return problem.error();
-
-  GroupedFp8QuantizeBuffers buffers;
-  buffers.x = x.untyped_data();
-  buffers.scale = Data<float>(scale);
-  buffers.group_sizes = Data<int32_t>(group_sizes);
-  buffers.row = problem->rowwise ? Data<uint8_t>(row) : nullptr;
-  buffers.col = problem->colwise ? Data<uint8_t>(col) : nullptr;
-  buffers.scale_inv = Data<float>(scale_inv);
-  buffers.amax = Data<float>(amax);
-  return ToError("eqx_quant_grouped_fp8_quantize_cuda",
-                 cuda::GroupedFp8Quantize(*problem, buffers, stream));
+  const GroupedQuantizeAttrs attrs{n_batch, rows_per_unit, rowwise, colwise};
+  return Enqueue("eqx_quant_grouped_fp8_quantize_cuda",
+                 PrepareGroupedFp8Quantize(x, scale, group_sizes, *row, *col,
+                                           *scale_inv, *amax, attrs),
+                 cuda::GroupedFp8Quantize, stream);
 }
 
 ffi::Error GroupedMxfp8QuantizeCudaImpl(
@@ -78,29 +61,11 @@ ffi::Error GroupedMxfp8QuantizeCudaImpl(
     ffi::Result<ffi::AnyBuffer> row, ffi::Result<ffi::AnyBuffer> row_scale,
     ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> col_scale,
     int64_t n_batch, int64_t rows_per_unit, bool rowwise, bool colwise) {
-  GroupedQuantizeAttrs attrs;
-  attrs.n_batch = n_batch;
-  attrs.rows_per_unit = rows_per_unit;
-  attrs.rowwise = rowwise;
-  attrs.colwise = colwise;
-  ffi::ErrorOr<GroupedMxfp8QuantizeProblem> problem =
-      CheckGroupedMxfp8QuantizeOperands(x, group_sizes, *row, *row_scale, *col,
-                                        *col_scale, attrs);
-  if (!problem.has_value()) return problem.error();
-
-  GroupedMxfp8QuantizeBuffers buffers;
-  buffers.x = x.untyped_data();
-  buffers.group_sizes = Data<int32_t>(group_sizes);
-  if (problem->rowwise) {
-    buffers.row = Data<uint8_t>(row);
-    buffers.row_scale = Data<uint8_t>(row_scale);
-  }
-  if (problem->colwise) {
-    buffers.col = Data<uint8_t>(col);
-    buffers.col_scale = Data<uint8_t>(col_scale);
-  }
-  return ToError("eqx_quant_grouped_mxfp8_quantize_cuda",
-                 cuda::GroupedMxfp8Quantize(*problem, buffers, stream));
+  const GroupedQuantizeAttrs attrs{n_batch, rows_per_unit, rowwise, colwise};
+  return Enqueue("eqx_quant_grouped_mxfp8_quantize_cuda",
+                 PrepareGroupedMxfp8Quantize(x, group_sizes, *row, *row_scale,
+                                             *col, *col_scale, attrs),
+                 cuda::GroupedMxfp8Quantize, stream);
 }
 
 ffi::Error GroupedNvfp4QuantizeCudaImpl(
@@ -110,49 +75,23 @@ ffi::Error GroupedNvfp4QuantizeCudaImpl(
     ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> col_scale,
     int64_t n_batch, int64_t rows_per_unit, bool rowwise, bool colwise,
     bool use_2d, bool stochastic_rounding) {
-  GroupedQuantizeAttrs attrs;
-  attrs.n_batch = n_batch;
-  attrs.rows_per_unit = rows_per_unit;
-  attrs.rowwise = rowwise;
-  attrs.colwise = colwise;
-  attrs.use_2d = use_2d;
-  attrs.stochastic_rounding = stochastic_rounding;
-  ffi::ErrorOr<GroupedNvfp4QuantizeProblem> problem =
-      CheckGroupedNvfp4QuantizeOperands(x, amax, keys, group_sizes, *row,
-                                        *row_scale, *col, *col_scale, attrs);
-  if (!problem.has_value()) return problem.error();
-
-  GroupedNvfp4QuantizeBuffers buffers;
-  buffers.x = x.untyped_data();
-  buffers.amax = Data<float>(amax);
-  buffers.keys = Data<uint32_t>(keys);
-  buffers.group_sizes = Data<int32_t>(group_sizes);
-  if (problem->rowwise) {
-    buffers.row = Data<uint8_t>(row);
-    buffers.row_scale = Data<uint8_t>(row_scale);
-  }
-  if (problem->colwise) {
-    buffers.col = Data<uint8_t>(col);
-    buffers.col_scale = Data<uint8_t>(col_scale);
-  }
-  return ToError("eqx_quant_grouped_nvfp4_quantize_cuda",
-                 cuda::GroupedNvfp4Quantize(*problem, buffers, stream));
+  const GroupedQuantizeAttrs attrs{n_batch, rows_per_unit, rowwise,
+                                   colwise, use_2d,        stochastic_rounding};
+  return Enqueue("eqx_quant_grouped_nvfp4_quantize_cuda",
+                 PrepareGroupedNvfp4Quantize(x, amax, keys, group_sizes, *row,
+                                             *row_scale, *col, *col_scale,
+                                             attrs),
+                 cuda::GroupedNvfp4Quantize, stream);
 }
 
 ffi::Error GroupedDbiasCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
                                 ffi::AnyBuffer group_sizes,
                                 ffi::Result<ffi::AnyBuffer> dbias,
                                 int64_t n_batch, int64_t rows_per_unit) {
-  ffi::ErrorOr<GroupedDbiasProblem> problem = CheckGroupedDbiasOperands(
-      x, group_sizes, *dbias, n_batch, rows_per_unit);
-  if (!problem.has_value()) return problem.error();
-
-  GroupedDbiasBuffers buffers;
-  buffers.x = x.untyped_data();
-  buffers.group_sizes = Data<int32_t>(group_sizes);
-  buffers.dbias = Data<float>(dbias);
-  return ToError("eqx_quant_grouped_dbias_cuda",
-                 cuda::GroupedDbias(*problem, buffers, stream));
+  return Enqueue(
+      "eqx_quant_grouped_dbias_cuda",
+      PrepareGroupedDbias(x, group_sizes, *dbias, n_batch, rows_per_unit),
+      cuda::GroupedDbias, stream);
 }
 
 }  // namespace
