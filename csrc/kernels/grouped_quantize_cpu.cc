@@ -140,13 +140,47 @@ void QuantizeFp8(const GroupedFp8QuantizeProblem& problem,
   }
 }
 
+// One example of a block-format op: its input and data outputs (null when
+// absent), with the rows past the last group zeroed and the scale regions of
+// its groups laid out (their padding zeroed).
+struct BlockExample {
+  const uint8_t* x;
+  uint8_t* row;
+  uint8_t* col;
+};
+
+template <typename Problem, typename Buffers>
+BlockExample StartBlockExample(const Problem& problem, const Buffers& buffers,
+                               int64_t b, ExampleGroups& groups,
+                               ScaleRegions& row_regions,
+                               ScaleRegions& col_regions) {
+  const GroupedView& view = problem.view;
+  const int64_t elements = view.elements();
+  BlockExample example;
+  example.x = static_cast<const uint8_t*>(buffers.x) +
+              b * elements * InputBytes(view.input_type);
+  example.row = problem.rowwise ? buffers.row + b * elements : nullptr;
+  example.col = problem.colwise ? buffers.col + b * elements : nullptr;
+  groups.Load(buffers.group_sizes + b * view.groups);
+  if (example.row != nullptr) {
+    groups.ZeroTail(example.row);
+    row_regions.Start(groups, view.groups,
+                      buffers.row_scale + b * problem.row_scale_bytes);
+  }
+  if (example.col != nullptr) {
+    groups.ZeroTail(example.col);
+    col_regions.Start(groups, view.groups,
+                      buffers.col_scale + b * problem.col_scale_bytes);
+  }
+  return example;
+}
+
 // ---------------------------------------------------------------------------
 // MXFP8
 
 void QuantizeMxfp8(const GroupedMxfp8QuantizeProblem& problem,
                    const GroupedMxfp8QuantizeBuffers& buffers) {
   const GroupedView& view = problem.view;
-  const int64_t elements = view.elements();
   const int64_t x_bytes = InputBytes(view.input_type);
   const int64_t row_blocks = Mxfp8Blocks(view.cols);
   ExampleGroups groups(view);
@@ -167,21 +201,11 @@ void QuantizeMxfp8(const GroupedMxfp8QuantizeProblem& problem,
   dense.colwise = problem.colwise;
 
   for (int64_t b = 0; b < view.batch; ++b) {
-    const auto* x = static_cast<const uint8_t*>(buffers.x) +
-                    b * elements * x_bytes;
-    uint8_t* row = problem.rowwise ? buffers.row + b * elements : nullptr;
-    uint8_t* col = problem.colwise ? buffers.col + b * elements : nullptr;
-    groups.Load(buffers.group_sizes + b * view.groups);
-    if (row != nullptr) {
-      groups.ZeroTail(row);
-      row_regions.Start(groups, view.groups,
-                        buffers.row_scale + b * problem.row_scale_bytes);
-    }
-    if (col != nullptr) {
-      groups.ZeroTail(col);
-      col_regions.Start(groups, view.groups,
-                        buffers.col_scale + b * problem.col_scale_bytes);
-    }
+    const BlockExample example = StartBlockExample(
+        problem, buffers, b, groups, row_regions, col_regions);
+    const uint8_t* x = example.x;
+    uint8_t* row = example.row;
+    uint8_t* col = example.col;
     for (int64_t g = 0; g < view.groups; ++g) {
       const int64_t rows = groups.rows(g);
       if (rows == 0) continue;  // nothing to write but the zeroed padding
@@ -220,7 +244,6 @@ void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
                    const GroupedNvfp4QuantizeBuffers& buffers) {
   constexpr int64_t kBlock = grouped::kNvfp4Block;
   const GroupedView& view = problem.view;
-  const int64_t elements = view.elements();
   const int64_t x_bytes = InputBytes(view.input_type);
   const int64_t row_blocks = grouped::CeilDiv(view.cols, kBlock);
   ExampleGroups groups(view);
@@ -251,21 +274,11 @@ void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
   dense.global_shape = {0, view.cols};
 
   for (int64_t b = 0; b < view.batch; ++b) {
-    const auto* x = static_cast<const uint8_t*>(buffers.x) +
-                    b * elements * x_bytes;
-    uint8_t* row = problem.rowwise ? buffers.row + b * elements : nullptr;
-    uint8_t* col = problem.colwise ? buffers.col + b * elements : nullptr;
-    groups.Load(buffers.group_sizes + b * view.groups);
-    if (row != nullptr) {
-      groups.ZeroTail(row);
-      row_regions.Start(groups, view.groups,
-                        buffers.row_scale + b * problem.row_scale_bytes);
-    }
-    if (col != nullptr) {
-      groups.ZeroTail(col);
-      col_regions.Start(groups, view.groups,
-                        buffers.col_scale + b * problem.col_scale_bytes);
-    }
+    const BlockExample example = StartBlockExample(
+        problem, buffers, b, groups, row_regions, col_regions);
+    const uint8_t* x = example.x;
+    uint8_t* row = example.row;
+    uint8_t* col = example.col;
     for (int64_t g = 0; g < view.groups; ++g) {
       const int64_t rows = groups.rows(g);
       if (rows == 0) continue;  // nothing to write but the zeroed padding
