@@ -8,6 +8,7 @@
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "ffi/operand_text.h"
+#include "ffi/operand_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -16,32 +17,6 @@ namespace {
 namespace ffi = xla::ffi;
 
 const OperandErrors kErrors("eqx_quant_fp8_quantize");
-
-std::vector<int64_t> Concat(
-    std::initializer_list<ffi::Span<const int64_t>> parts) {
-  std::vector<int64_t> out;
-  for (ffi::Span<const int64_t> part : parts) {
-    out.insert(out.end(), part.begin(), part.end());
-  }
-  return out;
-}
-
-int64_t Product(ffi::Span<const int64_t> dims) {
-  int64_t product = 1;
-  for (int64_t dim : dims) product *= dim;
-  return product;
-}
-
-std::optional<Fp8Format> Fp8FormatOf(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::F8E4M3FN:
-      return Fp8Format::kE4M3Fn;
-    case ffi::DataType::F8E5M2:
-      return Fp8Format::kE5M2;
-    default:
-      return std::nullopt;
-  }
-}
 
 }  // namespace
 
@@ -53,21 +28,13 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   Fp8QuantizeProblem problem;
 
   // Input element type.
-  switch (x.element_type()) {
-    case ffi::DataType::F32:
-      problem.input_type = InputType::kF32;
-      break;
-    case ffi::DataType::F16:
-      problem.input_type = InputType::kF16;
-      break;
-    case ffi::DataType::BF16:
-      problem.input_type = InputType::kBF16;
-      break;
-    default:
-      return kErrors.Fail("x has element type " +
-                             DataTypeName(x.element_type()) +
-                             " but expected f32, f16 or bf16");
+  const std::optional<InputType> input_type = InputTypeOf(x.element_type());
+  if (!input_type.has_value()) {
+    return kErrors.Fail("x has element type " +
+                           DataTypeName(x.element_type()) +
+                           " but expected f32, f16 or bf16");
   }
+  problem.input_type = *input_type;
 
   // Attributes.
   const ffi::Span<const int64_t> x_dims = x.dimensions();

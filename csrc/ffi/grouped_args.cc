@@ -12,6 +12,7 @@
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
 #include "ffi/operand_text.h"
+#include "ffi/operand_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -23,47 +24,10 @@ using Dims = ffi::Span<const int64_t>;
 using grouped::ScaleBufferBytes;
 using grouped::ScalePart;
 
-std::vector<int64_t> Concat(std::initializer_list<Dims> parts) {
-  std::vector<int64_t> out;
-  for (Dims part : parts) out.insert(out.end(), part.begin(), part.end());
-  return out;
-}
-
-int64_t Product(Dims dims) {
-  int64_t product = 1;
-  for (int64_t dim : dims) product *= dim;
-  return product;
-}
-
-std::optional<Fp8Format> Fp8FormatOf(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::F8E4M3FN:
-      return Fp8Format::kE4M3Fn;
-    case ffi::DataType::F8E5M2:
-      return Fp8Format::kE5M2;
-    default:
-      return std::nullopt;
-  }
-}
-
-// The errors of one op, plus a check of a whole operand.
+// The errors of one op, plus a check of an optional output.
 class Checker : public OperandErrors {
  public:
   using OperandErrors::OperandErrors;
-
-  // Error unless `buffer` has element type `type` and shape `expected`;
-  // `what` says how `expected` was derived, for the message.
-  std::optional<ffi::Error> Operand(const char* name,
-                                    const ffi::AnyBuffer& buffer,
-                                    ffi::DataType type,
-                                    const std::vector<int64_t>& expected,
-                                    const std::string& what) const {
-    if (auto error =
-            Type(name, buffer.element_type(), type, DataTypeName(type))) {
-      return error;
-    }
-    return Shape(name, buffer.dimensions(), expected, what);
-  }
 
   // An optional output: `expected` (derived as `what`) when `enabled`, else
   // (0,); `note` ("rowwise=true", ...) ends the message either way.
@@ -89,14 +53,12 @@ ffi::ErrorOr<ViewAndBatch> CheckView(const Checker& check,
                                      const ffi::AnyBuffer& group_sizes,
                                      int64_t n_batch, int64_t rows_per_unit) {
   ViewAndBatch out;
-  switch (x.element_type()) {
-    case ffi::DataType::F32: out.view.input_type = InputType::kF32; break;
-    case ffi::DataType::F16: out.view.input_type = InputType::kF16; break;
-    case ffi::DataType::BF16: out.view.input_type = InputType::kBF16; break;
-    default:
-      return check.Fail("x has element type " + DataTypeName(x.element_type()) +
-                        " but expected f32, f16 or bf16");
+  const std::optional<InputType> input_type = InputTypeOf(x.element_type());
+  if (!input_type.has_value()) {
+    return check.Fail("x has element type " + DataTypeName(x.element_type()) +
+                      " but expected f32, f16 or bf16");
   }
+  out.view.input_type = *input_type;
   const Dims dims = x.dimensions();
   const int64_t rank = static_cast<int64_t>(dims.size());
   if (n_batch < 0) {

@@ -9,6 +9,7 @@
 #include "common/fp8_quantize_problem.h"
 #include "common/mxfp8_problem.h"
 #include "ffi/operand_text.h"
+#include "ffi/operand_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -17,36 +18,6 @@ namespace {
 namespace ffi = xla::ffi;
 
 const OperandErrors kErrors("eqx_quant_mxfp8_quantize");
-
-int64_t Product(ffi::Span<const int64_t> dims) {
-  int64_t product = 1;
-  for (int64_t dim : dims) product *= dim;
-  return product;
-}
-
-std::optional<InputType> InputTypeOf(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::F32:
-      return InputType::kF32;
-    case ffi::DataType::F16:
-      return InputType::kF16;
-    case ffi::DataType::BF16:
-      return InputType::kBF16;
-    default:
-      return std::nullopt;
-  }
-}
-
-std::optional<Fp8Format> Fp8FormatOf(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::F8E4M3FN:
-      return Fp8Format::kE4M3Fn;
-    case ffi::DataType::F8E5M2:
-      return Fp8Format::kE5M2;
-    default:
-      return std::nullopt;
-  }
-}
 
 }  // namespace
 

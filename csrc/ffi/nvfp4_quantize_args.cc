@@ -8,6 +8,7 @@
 
 #include "common/nvfp4_problem.h"
 #include "ffi/operand_text.h"
+#include "ffi/operand_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -19,36 +20,7 @@ using Dims = ffi::Span<const int64_t>;
 
 constexpr int64_t kBlock = 16;
 
-std::vector<int64_t> Concat(std::initializer_list<Dims> parts) {
-  std::vector<int64_t> out;
-  for (Dims part : parts) out.insert(out.end(), part.begin(), part.end());
-  return out;
-}
-
-int64_t Product(Dims dims) {
-  int64_t product = 1;
-  for (int64_t dim : dims) product *= dim;
-  return product;
-}
-
-// The errors of one op, plus a check of a whole operand.
-class Checker : public OperandErrors {
- public:
-  using OperandErrors::OperandErrors;
-
-  // Error unless `buffer` has element type `type` and shape `expected`;
-  // `what` says how `expected` was derived, for the message.
-  std::optional<ffi::Error> Operand(const char* name,
-                                    const ffi::AnyBuffer& buffer,
-                                    ffi::DataType type,
-                                    const std::vector<int64_t>& expected,
-                                    const std::string& what) const {
-    if (auto error = Type(name, buffer.element_type(), type, DataTypeName(type))) {
-      return error;
-    }
-    return Shape(name, buffer.dimensions(), expected, what);
-  }
-};
+using Checker = OperandErrors;
 
 // The input type, the batch and the (A, K, C, L) view of x. `k_needed` (null
 // if not) says which setting needs a blocked axis K, for the message.
@@ -56,14 +28,12 @@ ffi::ErrorOr<Nvfp4View> CheckView(const Checker& check, const ffi::AnyBuffer& x,
                                   int64_t n_batch, int64_t block_axis,
                                   const std::string* k_needed) {
   Nvfp4View view;
-  switch (x.element_type()) {
-    case ffi::DataType::F32: view.input_type = InputType::kF32; break;
-    case ffi::DataType::F16: view.input_type = InputType::kF16; break;
-    case ffi::DataType::BF16: view.input_type = InputType::kBF16; break;
-    default:
-      return check.Fail("x has element type " + DataTypeName(x.element_type()) +
-                        " but expected f32, f16 or bf16");
+  const std::optional<InputType> input_type = InputTypeOf(x.element_type());
+  if (!input_type.has_value()) {
+    return check.Fail("x has element type " + DataTypeName(x.element_type()) +
+                      " but expected f32, f16 or bf16");
   }
+  view.input_type = *input_type;
   const Dims dims = x.dimensions();
   const int64_t rank = static_cast<int64_t>(dims.size());
   if (n_batch < 0 || n_batch >= rank) {

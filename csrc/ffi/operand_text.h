@@ -80,6 +80,19 @@ class OperandErrors {
                 DataTypeName(type) + " but expected " + what);
   }
 
+  // Error unless `buffer` has element type `type` and shape `expected`.
+  std::optional<xla::ffi::Error> Operand(const char* name,
+                                         const xla::ffi::AnyBuffer& buffer,
+                                         xla::ffi::DataType type,
+                                         const std::vector<int64_t>& expected,
+                                         const std::string& what) const {
+    if (auto error =
+            Type(name, buffer.element_type(), type, DataTypeName(type))) {
+      return error;
+    }
+    return Shape(name, buffer.dimensions(), expected, what);
+  }
+
  private:
   std::string prefix_;
 };
