@@ -134,9 +134,11 @@ def _raise_if_bad(bad) -> None:
         raise ValueError(_SIZES_MESSAGE)
 
 
-def _checked(x2d, group_sizes, total: int, check: bool):
+def _checked_sizes(group_sizes, total: int, check: bool):
+    """`group_sizes`, with the run-time check attached (on the small sizes array, so no
+    tensor-sized copy is needed to keep the check alive)."""
     if not check:
-        return x2d
+        return group_sizes
     # A saturating sum (min(a + b, total + 1) is associative on [0, total + 1]): sizes whose
     # int32 sum wraps around to `total` are still caught.
     capped = jnp.clip(group_sizes, 0, total + 1)
@@ -146,8 +148,8 @@ def _checked(x2d, group_sizes, total: int, check: bool):
         # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
         # (its error branch is not device-varying); a host callback raises the same error.
         jax.debug.callback(_raise_if_bad, bad)
-        return x2d
-    return eqx.error_if(x2d, bad, _SIZES_MESSAGE)
+        return group_sizes
+    return eqx.error_if(group_sizes, bad, _SIZES_MESSAGE)
 
 
 def _group_keys(key_words, groups: int):
@@ -162,7 +164,8 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
     quantizer = eqx.combine(quantizer_arrays, config.quantizer_static)
     fa, shape = config.flatten_axis, config.x_shape
     r, n = math.prod(shape[:fa]), math.prod(shape[fa:])
-    x2d = _checked(x.reshape(r, n), group_sizes, shape[0], config.check)
+    x2d = x.reshape(r, n)
+    group_sizes = _checked_sizes(group_sizes, shape[0], config.check)
     groups = group_sizes.shape[0]
     rpu = math.prod(shape[1:fa])
     layout = quantizer.q_layout
@@ -368,8 +371,8 @@ def _check_gd(grad, group_sizes, check, impl):
 def _grouped_dbias(grad, group_sizes, check: bool, impl: str):
     m = grad.shape[0]
     n = math.prod(grad.shape[1:])
-    g2d = _checked(grad.reshape(m, n), group_sizes, m, check)
-    return _dbias(g2d, group_sizes, 1, impl, grad.shape[1:])
+    group_sizes = _checked_sizes(group_sizes, m, check)
+    return _dbias(grad.reshape(m, n), group_sizes, 1, impl, grad.shape[1:])
 
 
 def _grouped_dbias_fwd(grad, group_sizes, check, impl):

@@ -93,8 +93,7 @@ def _element_scale_bytes(scale_inv, w: _Where, layout: _Layout):
     """Every element's block-scale byte, gathered from the swizzled per-group regions."""
     colwise = layout.is_colwise
     block, n = layout.block, layout.cols
-    tr, tc, size = _grouped._region_sizes(w.counts, n, block, colwise)
-    offsets = jnp.cumsum(size) - size
+    regions = _grouped.scale_regions(w.counts, n, block, colwise)
     g = jnp.minimum(w.gid, w.counts.shape[0] - 1)
     c = jnp.arange(n, dtype=jnp.int32)[None, :]
     local = w.local[:, None]
@@ -102,8 +101,8 @@ def _element_scale_bytes(scale_inv, w: _Where, layout: _Layout):
         i, j = jnp.broadcast_to(c, (layout.rows, n)), local // block
     else:  # T_g[local, c // B]
         i, j = jnp.broadcast_to(local, (layout.rows, n)), c // block
-    q = _grouped._pad(tc[g], _grouped.SWIZZLE_COLS)[:, None]
-    at = offsets[g][:, None] + _mx.swizzle_offset(i, j, q)
+    q = regions.padded_cols[g][:, None]
+    at = regions.offsets[g][:, None] + _mx.swizzle_offset(i, j, q)
     u = _mx.byte_view(scale_inv)
     return u[jnp.clip(at, 0, max(u.shape[0] - 1, 0))]
 
@@ -280,7 +279,7 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
             data = self.data.reshape(-1)[start * n : (start + count) * n].reshape(n, count)
         return ScaledTensor1x(
             data=data,
-            scale_inv=self._group_scales(g, starts, counts),
+            scale_inv=self._group_scales(g, counts),
             amax=self.amax[g : g + 1],
             scaling_mode=self.scaling_mode,
             data_layout=self.data_layout,
@@ -294,18 +293,18 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
         """Group `g`'s scales, unswizzled, in the dense part's `scale_inv` shape. Eager only."""
         return self.group_part(g).scale_inv
 
-    def _group_scales(self, g, starts, counts):
+    def _group_scales(self, g, counts):
         layout = self._layout
         if self.scaling_mode.is_tensor_scaling:
             return self.scale_inv[g : g + 1]
-        tr, tc, size = (
-            np.asarray(a)
-            for a in _grouped._region_sizes(jnp.asarray(counts), layout.cols, layout.block, self.is_colwise)
+        regions = _grouped.scale_regions(
+            jnp.asarray(counts), layout.cols, layout.block, self.is_colwise
         )
-        begin = int(np.sum(size[:g]))
-        rp, cp = int(_grouped._pad(tr[g], 128)), int(_grouped._pad(tc[g], 4))
+        begin = int(regions.offsets[g])
+        rp, cp = int(regions.padded_rows[g]), int(regions.padded_cols[g])
         region = self.scale_inv[begin : begin + rp * cp].reshape(rp, cp)
-        tile = _mx.unswizzle_scales(region, rowwise=True, shape=(int(tr[g]), int(tc[g])))
+        shape = (int(regions.tile_rows[g]), int(regions.tile_cols[g]))
+        tile = _mx.unswizzle_scales(region, rowwise=True, shape=shape)
         mx_colwise = self.is_colwise and self.scaling_mode is ScalingMode.MXFP8_1D_SCALING
         return tile.T if mx_colwise else tile
 

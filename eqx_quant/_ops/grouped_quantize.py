@@ -13,7 +13,7 @@ problem). The ragged row axis is never split across devices: the partition keeps
 """
 
 import dataclasses
-import math
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -141,7 +141,7 @@ def _sharding_rule(params, mesh, value_types, result_types):
     del mesh, value_types
     nb = params.n_batch
     b = _sharding.factors("b", nb)
-    counter = iter(range(10_000))
+    counter = itertools.count()
 
     def fresh(k):
         return [f"u{next(counter)}" for _ in range(k)]
@@ -213,7 +213,3 @@ grouped_fp8_quantize_op = _op("grouped_fp8_quantize")
 grouped_mxfp8_quantize_op = _op("grouped_mxfp8_quantize")
 grouped_nvfp4_quantize_op = _op("grouped_nvfp4_quantize")
 grouped_dbias_op = _op("grouped_dbias")
-
-
-def rows_per_unit(shape: tuple[int, ...], flatten_axis: int) -> int:
-    return math.prod(shape[1:flatten_axis])

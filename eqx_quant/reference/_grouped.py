@@ -8,6 +8,8 @@ construction. The groups run in a `lax.scan` (one traced body, G iterations): G 
 dense work, which is fine for a reference; the kernels do one pass.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -102,24 +104,40 @@ def _place_transposed(out, dense_t, start, count, cols):
     return jnp.where(inside, dense_t[n, j], out)
 
 
-def _region_sizes(counts, cols: int, block: int, colwise: bool):
-    """`(tile_rows_g, tile_cols_g, P_g * Q_g)` of the per-group scale matrices T_g."""
+class ScaleRegions(NamedTuple):
+    """Where each group's scale matrix T_g lives in a grouped part's swizzled buffer: its
+    shape `(tile_rows, tile_cols)`, its padded column count `padded_cols` (a multiple of 4)
+    and the offset of its region (docs/grouped.md, "Block scales")."""
+
+    tile_rows: Array
+    tile_cols: Array
+    padded_cols: Array
+    offsets: Array
+
+    @property
+    def padded_rows(self) -> Array:
+        return _pad(self.tile_rows, SWIZZLE_ROWS)
+
+
+def scale_regions(counts, cols: int, block: int, colwise: bool) -> ScaleRegions:
+    """The regions of groups with `counts` rows (rows of T_g: N colwise, rows_g rowwise)."""
     if colwise:
         tr = jnp.full_like(counts, cols)
         tc = (counts + block - 1) // block
     else:
         tr = counts
         tc = jnp.full_like(counts, -(-cols // block))
-    return tr, tc, _pad(tr, SWIZZLE_ROWS) * _pad(tc, SWIZZLE_COLS)
+    qc = _pad(tc, SWIZZLE_COLS)
+    size = _pad(tr, SWIZZLE_ROWS) * qc
+    return ScaleRegions(tr, tc, qc, jnp.cumsum(size) - size)
 
 
-def _place_scales(buffer, tile, tile_rows, tile_cols, offset):
-    """Scatter the valid `(tile_rows, tile_cols)` corner of `tile` into its swizzled region."""
+def _place_scales(buffer, tile, regions: ScaleRegions, g):
+    """Scatter the valid corner of `tile` (group g's T_g) into its swizzled region."""
     i = jnp.arange(tile.shape[0], dtype=jnp.int32)[:, None]
     j = jnp.arange(tile.shape[1], dtype=jnp.int32)[None, :]
-    q = _pad(tile_cols, SWIZZLE_COLS)
-    at = offset + _mx.swizzle_offset(i, j, q)
-    valid = (i < tile_rows) & (j < tile_cols)
+    at = regions.offsets[g] + _mx.swizzle_offset(i, j, regions.padded_cols[g])
+    valid = (i < regions.tile_rows[g]) & (j < regions.tile_cols[g])
     at = jnp.where(valid, at, buffer.shape[0])  # out of range: dropped
     return buffer.at[at.reshape(-1)].set(tile.reshape(-1), mode="drop")
 
@@ -201,17 +219,15 @@ def _grouped_blocks(x, group_sizes, *, rows_per_unit, rowwise, colwise, block, c
         jnp.zeros((col_len,), jnp.uint8) if colwise else _empty(jnp.uint8),
     )
     starts, counts = group_bounds(group_sizes, rows_per_unit, r)
-    row_tr, row_tc, row_size = _region_sizes(counts, n, block, colwise=False)
-    col_tr, col_tc, col_size = _region_sizes(counts, n, block, colwise=True)
-    row_off = jnp.cumsum(row_size) - row_size
-    col_off = jnp.cumsum(col_size) - col_size
+    row_regions = scale_regions(counts, n, block, colwise=False)
+    col_regions = scale_regions(counts, n, block, colwise=True)
 
     def body(carry, g, start, count, gid):
         row, row_s, col, col_s = carry
         d_row, d_row_s, d_col, d_col_s = quantize_group(_group_rows(x, start, count), g)
         if rowwise:
             row = _place_rows(row, d_row, gid, g, start)
-            row_s = _place_scales(row_s, d_row_s, row_tr[g], row_tc[g], row_off[g])
+            row_s = _place_scales(row_s, d_row_s, row_regions, g)
         if colwise:
             if col_flat:  # T layout (N, R): its scales (N, ceil(R/B)) are already T_g
                 col = _place_transposed(col, d_col, start, count, n)
@@ -219,7 +235,7 @@ def _grouped_blocks(x, group_sizes, *, rows_per_unit, rowwise, colwise, block, c
             else:  # x's layout; scales (ceil(R/B), N) transposed to T_g
                 col = _place_rows(col, d_col, gid, g, start)
                 tile = d_col_s.T
-            col_s = _place_scales(col_s, tile, col_tr[g], col_tc[g], col_off[g])
+            col_s = _place_scales(col_s, tile, col_regions, g)
         return row, row_s, col, col_s
 
     out, _, _ = _scan_groups(x, group_sizes, rows_per_unit, init, body)
