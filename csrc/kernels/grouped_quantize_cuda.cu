@@ -496,15 +496,7 @@ GroupedLaunchStatus GroupedMxfp8Quantize(
     const GroupedMxfp8QuantizeBuffers& buffers, CUstream_st* stream) {
   const GroupedView& v = problem.view;
   if (v.batch == 0) return GroupedLaunchStatus{};
-  // The padding of the scale regions (and the bytes after them) is 0.
-  GroupedLaunchStatus status =
-      ZeroFill(problem.rowwise ? buffers.row_scale : nullptr,
-               v.batch * problem.row_scale_bytes, stream,
-               "zero-filling row_scale (cudaMemsetAsync)");
-  if (!status.ok) return status;
-  status = ZeroFill(problem.colwise ? buffers.col_scale : nullptr,
-                    v.batch * problem.col_scale_bytes, stream,
-                    "zero-filling col_scale (cudaMemsetAsync)");
+  GroupedLaunchStatus status = ZeroScaleBuffers(problem, buffers, stream);
   if (!status.ok) return status;
   if (v.rows * v.cols == 0) return status;  // no data, scales all padding
   if (v.batch <= 65535) {

@@ -253,6 +253,23 @@ inline GroupedLaunchStatus ZeroFill(void* p, int64_t bytes,
   return Fail(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream), what);
 }
 
+// Zero-fills the block-scale buffers of a grouped MXFP8 / NVFP4 call (the
+// padding of every region and the bytes after the last one are 0x00).
+template <typename Problem, typename Buffers>
+GroupedLaunchStatus ZeroScaleBuffers(const Problem& problem,
+                                     const Buffers& buffers,
+                                     cudaStream_t stream) {
+  const int64_t batch = problem.view.batch;
+  GroupedLaunchStatus status =
+      ZeroFill(problem.rowwise ? buffers.row_scale : nullptr,
+               batch * problem.row_scale_bytes, stream,
+               "zero-filling row_scale (cudaMemsetAsync)");
+  if (!status.ok) return status;
+  return ZeroFill(problem.colwise ? buffers.col_scale : nullptr,
+                  batch * problem.col_scale_bytes, stream,
+                  "zero-filling col_scale (cudaMemsetAsync)");
+}
+
 // The grid of a row-tiled kernel with tiles of tile_rows x tile_cols:
 // (units, min(col_tiles, 65535), min(batch, 65535)) with units =
 // W(R, G, tile_rows) group units + ceil(R / tile_rows) tail units and
