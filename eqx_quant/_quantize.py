@@ -149,11 +149,18 @@ def _forward(config: _Config, x: Array, quantizer_arrays, key_words):
 def _tensor_scaling_forward(config: _Config, x: Array, quantizer) -> tuple[ScaledTensor, Array]:
     layout = quantizer.q_layout
     observed = None
-    if quantizer.needs_amax_first:
-        observed = reference.amax(x)
-        if config.amax_axes:
-            observed = lax.pmax(observed, config.amax_axes)
-    scale = quantizer.scale_for(observed)
+    # Current scaling runs inside the op (amax, scale and cast in the kernel's launches; under
+    # sharded jit the op's partition makes the amax global first). Inside shard_map with
+    # amax_axes the amax is reduced here, across the named axes, before the op.
+    in_op = quantizer.needs_amax_first and not config.amax_axes
+    if in_op:
+        scale = quantizer.scale_fallback()
+    else:
+        if quantizer.needs_amax_first:
+            observed = reference.amax(x)
+            if config.amax_axes:
+                observed = lax.pmax(observed, config.amax_axes)
+        scale = quantizer.scale_for(observed)
     params = Fp8QuantizeParams(
         q_dtype=quantizer.q_dtype,
         flatten_axis=config.flatten_axis,
@@ -161,6 +168,7 @@ def _tensor_scaling_forward(config: _Config, x: Array, quantizer) -> tuple[Scale
         colwise=layout.has_colwise,
         with_dbias=config.with_dbias,
         impl=config.impl,
+        scale_from_amax=in_op,
     )
     row, col, scale_inv, kernel_amax, dbias = fp8_quantize_op.bind(x, scale, params=params)
     if observed is None:

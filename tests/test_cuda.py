@@ -170,7 +170,7 @@ PATTERN_COMBOS = (
 )
 def test_shapes_match_reference(shape, flatten_axis, x_name, q_name):
     x = _random(shape, X_DTYPES[x_name], seed=len(shape) * 1000 + sum(shape))
-    # Current scaling takes its amax from JAX; delayed scaling reports the kernel's.
+    # Current scaling runs amax, scale and cast in the kernels; delayed reports the kernel's amax.
     index = SHAPES.index((shape, flatten_axis, x_name, q_name))
     kind = "delayed" if index % 2 else "current"
     combos = SHAPE_COMBOS + (EXTRA_COMBOS[index % 2],)
@@ -227,6 +227,53 @@ def test_vmap_batches_match_reference():
     x32 = _random((2, 4, 64, 24), jnp.float32, seed=4)
     _check(x32, "e5m2", flatten_axis=2, vmapped=True,
            combos=((eqq.QuantizeLayout.ROWWISE_COLWISE, True),))
+
+
+ROWWISE_ONLY = ((eqq.QuantizeLayout.ROWWISE, False),)
+TWO_PASS = ((eqq.QuantizeLayout.ROWWISE, True), (eqq.QuantizeLayout.ROWWISE_COLWISE, False))
+
+
+@pytest.mark.parametrize(
+    "shape,x_name,where",
+    [
+        ((4096, 4096), "bf16", "last"),  # every block keeps part in shared memory, re-reads the rest
+        ((2048, 1032), "f32", "first"),
+        ((513, 1024), "f16", "middle"),
+        ((1, 8), "bf16", "last"),  # one block, one vector
+    ],
+)
+def test_current_scaling_in_one_launch(shape, x_name, where):
+    """Current scaling of one rowwise-only example runs as one cooperative launch (amax, grid
+    sync, scale, cast); the largest |x| sits in the first, a middle or the last block's range,
+    so a block that casts before the grid-wide amax is final would show."""
+    x = _random(shape, X_DTYPES[x_name], seed=sum(shape))
+    flat = x.reshape(-1)
+    position = {"first": 3, "middle": flat.size // 2 + 5, "last": flat.size - 2}[where]
+    flat[position] = 1000.0
+    _check(x, "e4m3", combos=ROWWISE_ONLY)
+    _check(x, "e5m2", combos=ROWWISE_ONLY + TWO_PASS)
+
+
+@pytest.mark.parametrize("case", ["zeros", "nan", "inf", "subnormal", "unaligned"])
+def test_current_scaling_edge_values(case):
+    """amax 0 or NaN-only -> the fallback scale 1; an Inf amax -> scale 1; an f32-subnormal
+    amax -> an infinite scale; 37x1001 (not whole vectors) takes the amax-kernel path."""
+    rng = np.random.default_rng(5)
+    if case == "unaligned":
+        x = _random((37, 1001), jnp.bfloat16, seed=9)
+    else:
+        x = rng.standard_normal((256, 512)).astype(np.float32)
+        if case == "zeros":
+            x[:] = 0.0
+            x[3, :7] = -0.0
+        elif case == "nan":
+            x[:] = np.nan
+        elif case == "inf":
+            x[200, 17] = np.inf
+        else:
+            x = (rng.integers(0, 1 << 20, size=x.shape).astype(np.uint32)).view(np.float32)
+    _check(x, "e4m3", combos=ROWWISE_ONLY + TWO_PASS)
+    _check(x[None].repeat(3, 0), "e4m3", vmapped=True, combos=ROWWISE_ONLY)
 
 
 def test_repeated_calls_reset_amax():

@@ -118,6 +118,40 @@ def test_current_scaling_amax_edge_cases(values, impl):
 
 
 @pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("n_batch", [0, 1])
+def test_scale_from_amax_in_the_op(impl, n_batch):
+    """The op's current scaling (scale_from_amax): scale = fp8_max / amax(x) per example, the
+    `scale` operand only where the amax is 0, NaN or Inf (here 4.0, so it shows)."""
+    from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
+
+    examples = [
+        np.linspace(-3.0, 5.0, 48, dtype=np.float32).reshape(6, 8),
+        np.zeros((6, 8), np.float32),
+        np.full((6, 8), np.nan, np.float32),
+        np.where(np.arange(48) == 7, np.inf, 1.0).astype(np.float32).reshape(6, 8),
+    ]
+    params = Fp8QuantizeParams(
+        q_dtype="float8_e4m3fn", flatten_axis=1, rowwise=True, colwise=True,
+        with_dbias=False, impl=impl, scale_from_amax=True, n_batch=n_batch,
+    )
+    fallback = np.array([4.0], np.float32)
+    xs = [np.stack(examples)] if n_batch else examples
+    for x in xs:
+        scale = np.broadcast_to(fallback, x.shape[:n_batch] + (1,))
+        row, col, scale_inv, amax, _ = fp8_quantize_op.bind(
+            jnp.asarray(x), jnp.asarray(scale), params=params
+        )
+        for b, xe in enumerate(x.reshape((-1, 6, 8))):
+            s = oracle.compute_scale(oracle.amax(xe), ml_dtypes.float8_e4m3fn, 0.0, fallback)
+            want = oracle.quantize_tensor(xe, s, ml_dtypes.float8_e4m3fn, 1, True, True)
+            got = {"row": row, "col": col}
+            for key in got:
+                bytes_equal(np.asarray(got[key]).reshape((-1,) + want[key].shape)[b], want[key], key)
+            f32_bits_equal(np.asarray(scale_inv).reshape(-1)[b:b + 1], want["scale_inv"], "scale_inv")
+            f32_bits_equal(np.asarray(amax).reshape(-1)[b:b + 1], want["amax"], "amax")
+
+
+@pytest.mark.parametrize("impl", impls())
 @pytest.mark.parametrize("xd", X_DTYPES)
 @pytest.mark.parametrize("shape,fa", SHAPES, ids=str)
 def test_dbias_bit_exact(shape, fa, xd, impl):

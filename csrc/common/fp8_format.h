@@ -77,6 +77,24 @@ EQXQ_HOST_DEVICE inline float BitsToFloat(uint32_t bits) {
   return value;
 }
 
+// The largest finite value of `format`, as an f32.
+EQXQ_HOST_DEVICE inline float Fp8MaxFinite(Fp8Format format) {
+  return BitsToFloat(format == Fp8Format::kE4M3Fn ? E4M3Fn::kMaxFiniteF32Bits
+                                                  : E5M2::kMaxFiniteF32Bits);
+}
+
+// Current scaling (TE's compute_scale_from_amax with margin 0): fp8_max / amax
+// as one IEEE f32 division where amax is positive and finite, else `fallback`.
+// No epsilon, no clamp: a tiny amax gives an infinite scale. The division is
+// correctly rounded on the host (with the FPU in IEEE mode) and on a device
+// (nvcc's default -prec-div=true, no FTZ).
+EQXQ_HOST_DEVICE inline float ScaleFromAmax(float amax, float fallback,
+                                            Fp8Format format) {
+  const uint32_t bits = FloatToBits(amax);
+  const bool positive_finite = bits != 0u && bits < 0x7F800000u;
+  return positive_finite ? Fp8MaxFinite(format) / amax : fallback;
+}
+
 // bfloat16 is the upper half of an f32: the conversion is a shift.
 EQXQ_HOST_DEVICE inline float Bf16BitsToFloat(uint16_t bits) {
   return BitsToFloat(static_cast<uint32_t>(bits) << 16);

@@ -27,6 +27,10 @@ struct Fp8QuantizeProblem {
   bool rowwise = false;
   bool colwise = false;
   bool with_dbias = false;
+  // Current scaling inside the op: each example's scale is
+  // ScaleFromAmax(amax of the example, scale[b], format) (common/fp8_format.h)
+  // instead of scale[b] itself.
+  bool scale_from_amax = false;
   // dbias: the rows of an example are indexed by S[:flatten_axis]; the first
   // dbias_keep of those axes are kept (dbias_kept_rows = their product) and
   // the rest, dbias_reduced_dims = S[dbias_keep:flatten_axis], are reduced.
@@ -42,7 +46,7 @@ struct Fp8QuantizeProblem {
 // Data pointers for one call; the per-example blocks are contiguous.
 struct Fp8QuantizeBuffers {
   const void* x = nullptr;       // batch x rows x cols, of InputType
-  const float* scale = nullptr;  // batch
+  const float* scale = nullptr;  // batch (the fallback if scale_from_amax)
   uint8_t* row = nullptr;        // batch x rows x cols, if rowwise
   uint8_t* col = nullptr;        // batch x cols x rows, if colwise
   float* scale_inv = nullptr;    // batch

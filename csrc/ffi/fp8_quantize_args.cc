@@ -168,6 +168,7 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   problem.rowwise = attrs.rowwise;
   problem.colwise = attrs.colwise;
   problem.with_dbias = attrs.with_dbias;
+  problem.scale_from_amax = attrs.scale_from_amax;
   problem.dbias_kept_rows = Product(kept_dims);
   problem.dbias_split = attrs.dbias_split;
   problem.dbias_reduced_dims.assign(reduced_dims.begin(), reduced_dims.end());

@@ -20,6 +20,7 @@ struct Fp8QuantizeAttrs {
   bool rowwise = false;
   bool colwise = false;
   bool with_dbias = false;
+  bool scale_from_amax = false;
 };
 
 // Checks every rank, dimension and element type against the op's contract

@@ -13,7 +13,8 @@
 //   Ret 4  dbias      Buffer<F32>  B + S[:dbias_keep] + S[fa:] if with_dbias,
 //                                  else (0,)
 //   Attrs  n_batch: int64, flatten_axis: int64, dbias_keep: int64,
-//          rowwise: bool, colwise: bool, with_dbias: bool
+//          rowwise: bool, colwise: bool, with_dbias: bool,
+//          scale_from_amax: bool (scale is the fallback of current scaling)
 //
 // A handler implementation bound with this schema has the parameters
 // (after any context parameters, e.g. the CUDA stream):
@@ -24,7 +25,7 @@
 //   xla::ffi::ResultBuffer<xla::ffi::F32> amax,
 //   xla::ffi::ResultBuffer<xla::ffi::F32> dbias,
 //   int64_t n_batch, int64_t flatten_axis, int64_t dbias_keep,
-//   bool rowwise, bool colwise, bool with_dbias
+//   bool rowwise, bool colwise, bool with_dbias, bool scale_from_amax
 
 #ifndef EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
 #define EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
@@ -54,7 +55,8 @@ auto BindFp8QuantizeOperands(Binding binding) {
       .template Attr<int64_t>("dbias_split")
       .template Attr<bool>("rowwise")
       .template Attr<bool>("colwise")
-      .template Attr<bool>("with_dbias");
+      .template Attr<bool>("with_dbias")
+      .template Attr<bool>("scale_from_amax");
 }
 
 }  // namespace eqx_quant

@@ -21,9 +21,10 @@ ffi::Error Fp8QuantizeCpuImpl(
     ffi::ResultBuffer<ffi::F32> scale_inv, ffi::ResultBuffer<ffi::F32> amax,
     ffi::ResultBuffer<ffi::F32> dbias, int64_t n_batch, int64_t flatten_axis,
     int64_t dbias_keep, int64_t dbias_split, bool rowwise, bool colwise,
-    bool with_dbias) {
-  const Fp8QuantizeAttrs attrs{n_batch, flatten_axis, dbias_keep, dbias_split,
-                               rowwise, colwise,      with_dbias};
+    bool with_dbias, bool scale_from_amax) {
+  const Fp8QuantizeAttrs attrs{n_batch,     flatten_axis, dbias_keep,
+                               dbias_split, rowwise,      colwise,
+                               with_dbias,  scale_from_amax};
   ffi::ErrorOr<Fp8QuantizeProblem> problem = CheckFp8QuantizeOperands(
       x, scale, *row, *col, *scale_inv, *amax, *dbias, attrs);
   if (!problem.has_value()) return problem.error();

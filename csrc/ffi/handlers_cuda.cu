@@ -27,7 +27,7 @@ ffi::Error Fp8QuantizeCudaImpl(
     ffi::ResultBuffer<ffi::F32> scale_inv, ffi::ResultBuffer<ffi::F32> amax,
     ffi::ResultBuffer<ffi::F32> dbias, int64_t n_batch, int64_t flatten_axis,
     int64_t dbias_keep, int64_t dbias_split, bool rowwise, bool colwise,
-    bool with_dbias) {
+    bool with_dbias, bool scale_from_amax) {
   Fp8QuantizeAttrs attrs;
   attrs.n_batch = n_batch;
   attrs.flatten_axis = flatten_axis;
@@ -36,6 +36,7 @@ ffi::Error Fp8QuantizeCudaImpl(
   attrs.rowwise = rowwise;
   attrs.colwise = colwise;
   attrs.with_dbias = with_dbias;
+  attrs.scale_from_amax = scale_from_amax;
   ffi::ErrorOr<Fp8QuantizeProblem> problem = CheckFp8QuantizeOperands(
       x, scale, *row, *col, *scale_inv, *amax, *dbias, attrs);
   if (!problem.has_value()) return problem.error();

@@ -236,6 +236,17 @@ void CanonicalizeNans(float* values, int64_t count) {
   }
 }
 
+// max |x| over `count` inputs, ignoring NaN (a pass of its own: current
+// scaling needs it before the cast).
+template <typename Input>
+float SpanAmax(const typename Input::Storage* src, int64_t count) {
+  uint32_t key = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    key = std::max(key, AmaxKey(Input::ToFloat(src[j])));
+  }
+  return BitsToFloat(key);
+}
+
 template <typename Input, typename Format>
 void QuantizeAll(const Fp8QuantizeProblem& problem,
                  const Fp8QuantizeBuffers& buffers) {
@@ -245,7 +256,11 @@ void QuantizeAll(const Fp8QuantizeProblem& problem,
   const auto* x = static_cast<const typename Input::Storage*>(buffers.x);
   Workspace workspace;
   for (int64_t b = 0; b < problem.batch; ++b) {
-    const float scale = buffers.scale[b];
+    const float scale =
+        problem.scale_from_amax
+            ? ScaleFromAmax(SpanAmax<Input>(x + b * elements, elements),
+                            buffers.scale[b], problem.format)
+            : buffers.scale[b];
     buffers.scale_inv[b] = 1.0f / scale;
     CanonicalizeNans(buffers.scale_inv + b, 1);
     uint8_t* row = problem.rowwise ? buffers.row + b * elements : nullptr;

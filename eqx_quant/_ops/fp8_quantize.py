@@ -3,7 +3,10 @@
 One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX reference:
 `eqx_quant_fp8_quantize(x, scale) -> (row, col, scale_inv, amax, dbias)` with
 
-- `x`: `B + S` (B = `n_batch` vmapped dims), `scale`: `B + (1,)` float32;
+- `x`: `B + S` (B = `n_batch` vmapped dims), `scale`: `B + (1,)` float32 (with
+  `scale_from_amax`, current scaling inside the op: each example's scale is
+  `compute_scale(amax(x_b), q_dtype, 0, scale_b)`, so `scale` is only the fallback for an
+  amax that is 0, NaN or Inf);
 - `row`: `B + S` fp8 or (0,); `col`: `B + S[fa:] + S[:fa]` fp8 or (0,);
 - `scale_inv`, `amax`: `B + (1,)` float32 (amax = max |x| ignoring NaN, per example);
 - `dbias`: float32 canonical tree sums (see `reference/_tree.py`) or (0,). The public
@@ -43,6 +46,7 @@ class Fp8QuantizeParams:
     colwise: bool
     with_dbias: bool
     impl: str
+    scale_from_amax: bool = False
     n_batch: int = 0
     dbias_keep: int = 0  # inner primitive only
     dbias_split: int = 1  # inner primitive only
@@ -56,6 +60,7 @@ class Fp8QuantizeParams:
             rowwise=bool(self.rowwise),
             colwise=bool(self.colwise),
             with_dbias=bool(self.with_dbias),
+            scale_from_amax=bool(self.scale_from_amax),
         )
 
 
@@ -99,6 +104,7 @@ def _reference(params, x, scale):
             rowwise=params.rowwise,
             colwise=params.colwise,
             with_dbias=params.with_dbias,
+            scale_from_amax=params.scale_from_amax,
             dbias_keep=params.dbias_keep,
             dbias_split=params.dbias_split,
         )
@@ -161,13 +167,24 @@ def _local(params, example_spec, bind_inner, x, scale):
         length = x.shape[nb + keep]
         split = min(DBIAS_SPLIT, length & -length) if length > 0 else 1
     inner = dataclasses.replace(params, dbias_keep=keep, dbias_split=split)
-    row, col, scale_inv, amax, dbias = bind_inner(x, scale, params=inner)
     amax_axes = tuple(a for e in example_spec for a in _sharding.axes_of(e))
+    if params.scale_from_amax and amax_axes:
+        # The scale needs the global amax before the cast: one more pass over the local x.
+        scale = _global_current_scale(params, x, scale, amax_axes)
+        inner = dataclasses.replace(inner, scale_from_amax=False)
+    row, col, scale_inv, amax, dbias = bind_inner(x, scale, params=inner)
     if amax_axes:
         amax = lax.pmax(amax, amax_axes)
     if params.with_dbias:
         dbias = _finish_dbias(dbias, nb, keep, example_spec[:fa])
     return row, col, scale_inv, amax, dbias
+
+
+def _global_current_scale(params, x, fallback, amax_axes):
+    """Per-example current scale from the amax over all shards (`B + (1,)`)."""
+    nb = params.n_batch
+    local = jax.vmap(reference.amax)(x.reshape((-1,) + x.shape[nb:])).reshape(fallback.shape)
+    return reference.compute_scale(lax.pmax(local, amax_axes), params.q_dtype, 0.0, fallback)
 
 
 def _finish_dbias(partial, n_batch, keep, reduced_spec):

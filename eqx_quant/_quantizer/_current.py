@@ -42,8 +42,13 @@ class CurrentScaleQuantizer(AbstractTensorScaleQuantizer):
     def needs_amax_first(self) -> bool:
         return True
 
+    def scale_fallback(self) -> Float[Array, "1"]:
+        """The scale where the amax is 0, NaN or Inf (the quantize op's `scale` operand when
+        it computes `scale_for(amax(x))` itself)."""
+        return jnp.ones((1,), jnp.float32)
+
     def scale_for(self, x_amax: Float[Array, "1"] | None) -> Float[Array, "1"]:
         if x_amax is None:
             raise ValueError("CurrentScaleQuantizer.scale_for needs the amax of x.")
-        one = jnp.ones_like(x_amax, dtype=jnp.float32)
-        return reference.compute_scale(x_amax, self.q_dtype, 0.0, one)
+        fallback = jnp.broadcast_to(self.scale_fallback(), x_amax.shape)
+        return reference.compute_scale(x_amax, self.q_dtype, 0.0, fallback)

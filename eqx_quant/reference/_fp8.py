@@ -82,6 +82,7 @@ def fp8_quantize(
     rowwise: bool,
     colwise: bool,
     with_dbias: bool,
+    scale_from_amax: bool = False,
     dbias_keep: int = 0,
     dbias_split: int = 1,
 ) -> tuple[Array, Array, Array, Array, Array]:
@@ -91,11 +92,14 @@ def fp8_quantize(
     outputs have shape (0,); `dbias` holds float32 canonical tree sums over axes
     `dbias_keep..flatten_axis-1` (see `_tree.py`), with axis `dbias_keep` split into the
     `dbias_split` nodes of its tree: shape `S[:keep] + (split,) + S[fa:]` (split is 1 when
-    nothing is reduced). Not yet cast to x's dtype.
+    nothing is reduced). Not yet cast to x's dtype. With `scale_from_amax` the scale used is
+    `compute_scale(amax(x), q_dtype, 0, scale)` (current scaling; `scale` is the fallback).
     """
     from ._tree import nested_tree_sum, split_tree_sum
 
     empty = jnp.zeros((0,), q_dtype)
+    if scale_from_amax:
+        scale = compute_scale(amax(x), q_dtype, 0.0, scale)
     y = multiply(x.astype(jnp.float32), scale.reshape(()))
     q = cast_fp8(y, q_dtype)
     row = q if rowwise else empty

@@ -1,0 +1,205 @@
+// Device helpers of the FP8 tensor-scaling CUDA kernels (fp8_quantize_cuda.cu,
+// fp8_walk_cuda.cu, fp8_current_cuda.cu): input element types, the FP8
+// convert, streaming loads, block max and amax publication, programmatic
+// dependent launch, and the per-example scale. Included by .cu files only.
+// The float semantics are those stated at the top of fp8_quantize_cuda.cu.
+
+#ifndef EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_DEVICE_CUH_
+#define EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_DEVICE_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/fp8_format.h"
+
+namespace eqx_quant::cuda::fp8 {
+
+// ---------------------------------------------------------------------------
+// Element types.
+
+struct F32Input {
+  using Storage = float;
+  static constexpr int kVec = 4;  // elements per 16-byte load
+  static __device__ __forceinline__ float Scalar(const float* p) {
+    return *p;
+  }
+  static __device__ __forceinline__ void Unpack(const uint4& raw,
+                                                float (&v)[kVec]) {
+    v[0] = __uint_as_float(raw.x);
+    v[1] = __uint_as_float(raw.y);
+    v[2] = __uint_as_float(raw.z);
+    v[3] = __uint_as_float(raw.w);
+  }
+};
+
+__device__ __forceinline__ float HalfBitsToFloat(uint16_t bits) {
+  // cvt.f32.f16 is exact, subnormals included.
+  float value;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
+  return value;
+}
+
+struct F16Input {
+  using Storage = uint16_t;
+  static constexpr int kVec = 8;
+  static __device__ __forceinline__ float Scalar(const uint16_t* p) {
+    return HalfBitsToFloat(*p);
+  }
+  static __device__ __forceinline__ void Unpack(const uint4& raw,
+                                                float (&v)[kVec]) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = HalfBitsToFloat(static_cast<uint16_t>(words[i] & 0xFFFFu));
+      v[2 * i + 1] = HalfBitsToFloat(static_cast<uint16_t>(words[i] >> 16));
+    }
+  }
+};
+
+struct Bf16Input {
+  using Storage = uint16_t;
+  static constexpr int kVec = 8;
+  static __device__ __forceinline__ float Scalar(const uint16_t* p) {
+    return __uint_as_float(static_cast<uint32_t>(*p) << 16);
+  }
+  static __device__ __forceinline__ void Unpack(const uint4& raw,
+                                                float (&v)[kVec]) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(words[i] << 16);
+      v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Device helpers.
+
+// Two f32 -> two FP8 bytes (lo in the low byte), saturating RNE, NaN -> 0x7F.
+template <Fp8Format kFormat>
+__device__ __forceinline__ uint32_t CvtPair(float lo, float hi) {
+  uint16_t packed;
+  if constexpr (kFormat == Fp8Format::kE4M3Fn) {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
+        : "=h"(packed)
+        : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;"
+        : "=h"(packed)
+        : "f"(hi), "f"(lo));
+  }
+  return packed;
+}
+
+// kVec values times `scale` -> kVec FP8 bytes, little-endian in kVec/4 words.
+template <Fp8Format kFormat, int kVec>
+__device__ __forceinline__ void CastVec(const float (&v)[kVec], float scale,
+                                        uint32_t (&out)[kVec / 4]) {
+#pragma unroll
+  for (int i = 0; i < kVec / 4; ++i) {
+    const uint32_t lo = CvtPair<kFormat>(__fmul_rn(v[4 * i], scale),
+                                         __fmul_rn(v[4 * i + 1], scale));
+    const uint32_t hi = CvtPair<kFormat>(__fmul_rn(v[4 * i + 2], scale),
+                                         __fmul_rn(v[4 * i + 3], scale));
+    out[i] = lo | (hi << 16);
+  }
+}
+
+template <Fp8Format kFormat>
+__device__ __forceinline__ uint8_t CastOne(float v, float scale) {
+  return static_cast<uint8_t>(CvtPair<kFormat>(__fmul_rn(v, scale), 0.0f));
+}
+
+// A streaming 16-byte load of read-only data (not kept in L1).
+__device__ __forceinline__ uint4 LoadStreaming(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+// The kVec elements at p[0..valid) packed like a 16-byte load, zero-filled
+// (for rows that are not 16-byte aligned or the last partial vector).
+template <typename In>
+__device__ __forceinline__ uint4 LoadPacked(const typename In::Storage* p,
+                                            int valid) {
+  uint32_t words[4] = {0u, 0u, 0u, 0u};
+  if constexpr (sizeof(typename In::Storage) == 4) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (e < valid) words[e] = __float_as_uint(p[e]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (e < valid) {
+        words[e / 2] |= static_cast<uint32_t>(p[e]) << (16 * (e % 2));
+      }
+    }
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// Programmatic dependent launch (sm_90). Without the launch attribute both
+// are no-ops.
+__device__ __forceinline__ void WaitForPrerequisiteGrids() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void AllowDependentGrids() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// max over the block of non-negative, non-NaN floats; the result is valid in
+// thread 0. `scratch` holds one float per warp.
+template <int kThreads>
+__device__ __forceinline__ float BlockMax(float value, float* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
+  }
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) scratch[warp] = value;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w) value = fmaxf(value, scratch[w]);
+  }
+  return value;
+}
+
+// amax[b] = max(amax[b], value) for non-negative floats: their bit patterns
+// order like the values. Waits for InitKernel's zeroing first.
+__device__ __forceinline__ void PublishAmax(float* amax, float value) {
+  if (value > 0.0f) {
+    WaitForPrerequisiteGrids();
+    atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(value));
+  }
+}
+
+__device__ __forceinline__ float CanonicalNan(float value) {
+  return value != value ? __uint_as_float(0x7FC00000u) : value;
+}
+
+// The scale of example b: scale[b], or with current scaling (from_amax) the
+// scale of the example's amax, which a previous kernel has finished (waited
+// for here), with scale[b] as the fallback.
+template <Fp8Format kFormat>
+__device__ __forceinline__ float ExampleScale(const float* scale,
+                                              const float* amax,
+                                              bool from_amax, int64_t b) {
+  if (!from_amax) return scale[b];
+  WaitForPrerequisiteGrids();
+  return ScaleFromAmax(__ldcg(amax + b), scale[b], kFormat);
+}
+
+// scale_inv = 1 / scale (IEEE, NaN canonical).
+__device__ __forceinline__ float ScaleInverse(float scale) {
+  return CanonicalNan(__frcp_rn(scale));
+}
+
+}  // namespace eqx_quant::cuda::fp8
+
+#endif  // EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_DEVICE_CUH_

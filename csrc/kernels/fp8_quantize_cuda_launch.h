@@ -1,0 +1,159 @@
+// Host-side launch helpers of the FP8 tensor-scaling CUDA kernels: SM count,
+// launch with programmatic dependent launch / clusters / cooperative groups,
+// occupancy, status values, and the dispatch over input type x FP8 format.
+// Included by .cu files only.
+
+#ifndef EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_LAUNCH_H_
+#define EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_LAUNCH_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
+#include "kernels/fp8_quantize_cuda.h"
+#include "kernels/fp8_quantize_cuda_device.cuh"
+
+namespace eqx_quant::cuda::fp8 {
+
+inline int SmCount() {
+  static int cached[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  if (device >= 0 && device < 64 && cached[device] > 0) return cached[device];
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess ||
+      sms <= 0) {
+    cudaGetLastError();
+    sms = 132;
+  }
+  if (device >= 0 && device < 64) cached[device] = sms;
+  return sms;
+}
+
+// EQX_QUANT_CUDA_PDL=0 launches the main kernel without programmatic
+// dependent launch (plain stream order).
+inline bool UsePdl() {
+  static const bool use = [] {
+    const char* value = std::getenv("EQX_QUANT_CUDA_PDL");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return use;
+}
+
+inline LaunchStatus Failed(cudaError_t error, const char* what) {
+  LaunchStatus status;
+  status.ok = false;
+  status.cuda_error = static_cast<int>(error);
+  status.what = what;
+  return status;
+}
+
+inline LaunchStatus Invalid(const char* what) {
+  LaunchStatus status;
+  status.ok = false;
+  status.invalid_argument = true;
+  status.what = what;
+  return status;
+}
+
+template <typename Params>
+cudaError_t Launch(void (*kernel)(Params), dim3 grid, dim3 block,
+                   size_t shared_bytes, cudaStream_t stream, int cluster,
+                   const Params& params) {
+  if (shared_bytes > 48 * 1024) {
+    const cudaError_t error = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(shared_bytes));
+    if (error != cudaSuccess) return error;
+  }
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (UsePdl()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (cluster > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  cudaError_t error = cudaLaunchKernelEx(&config, kernel, params);
+  if (error == cudaSuccess) error = cudaGetLastError();
+  return error;
+}
+
+// Resident blocks per SM of `kernel` (at least 1).
+template <typename Params>
+int BlocksPerSm(void (*kernel)(Params), int threads, size_t shared_bytes) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, kernel, threads, shared_bytes) != cudaSuccess ||
+      blocks <= 0) {
+    cudaGetLastError();
+    blocks = 1;
+  }
+  return blocks;
+}
+
+inline bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+
+// fn(In{}, std::integral_constant<Fp8Format, kFormat>{}) for the problem's
+// input type and FP8 format.
+template <typename Fn>
+LaunchStatus DispatchTypes(const Fp8QuantizeProblem& problem, Fn&& fn) {
+  auto with_format = [&](auto input) -> LaunchStatus {
+    switch (problem.format) {
+      case Fp8Format::kE4M3Fn:
+        return fn(input, std::integral_constant<Fp8Format, Fp8Format::kE4M3Fn>{});
+      case Fp8Format::kE5M2:
+        return fn(input, std::integral_constant<Fp8Format, Fp8Format::kE5M2>{});
+    }
+    return Invalid("unknown FP8 format");
+  };
+  switch (problem.input_type) {
+    case InputType::kF32:
+      return with_format(F32Input{});
+    case InputType::kF16:
+      return with_format(F16Input{});
+    case InputType::kBF16:
+      return with_format(Bf16Input{});
+  }
+  return Invalid("unknown input type");
+}
+
+// The launchers of the other translation units (fp8_quantize_cuda.cu runs the
+// sequence). Each returns ok without launching when there is nothing to do.
+// The walk: transposed output and/or dbias (fp8_walk_cuda.cu).
+LaunchStatus LaunchWalk(const Fp8QuantizeProblem& problem,
+                        const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
+                        int sms);
+// Current scaling of a rowwise-only example in one cooperative launch
+// (fp8_current_cuda.cu); CurrentCastApplies says when it can run.
+bool CurrentCastApplies(const Fp8QuantizeProblem& problem,
+                        const Fp8QuantizeBuffers& buffers);
+LaunchStatus LaunchCurrentCast(const Fp8QuantizeProblem& problem,
+                               const Fp8QuantizeBuffers& buffers,
+                               cudaStream_t stream, int sms);
+
+}  // namespace eqx_quant::cuda::fp8
+
+#endif  // EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_LAUNCH_H_
