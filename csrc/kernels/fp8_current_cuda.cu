@@ -2,18 +2,20 @@
 // (sm_90a): amax, grid-wide sync, scale, cast. The float semantics are those
 // of fp8_quantize_cuda.cu (bit-identical to the CPU kernel).
 //
-// One block of kThreads per SM owns a contiguous range of the example's
-// 16-byte input vectors.
-//   Phase 1 reads its range once, front to back, kAmaxUnroll vectors in flight
-//   per thread, for the block max; the first `kept` vectors of the range are
-//   also stored in shared memory (up to kKeptVectors, ~208 KiB per SM, ~27 MB
-//   on an H200). One atomicMax per block, then a grid-wide sync.
+// One block of kThreads per SM. The example's 16-byte input vectors are cut
+// into tiles of kTileVectors (64 KiB of bf16), dealt round robin: block b owns
+// tiles b, b + grid, b + 2 grid, ... (so at any moment the SMs stream
+// neighbouring addresses, never 132 far-apart ones).
+//   Phase 1 reads the block's tiles in increasing order, two tiles (8 loads
+//   per thread) in flight, for the block max; its first kKeptTiles tiles are
+//   also stored in shared memory (192 KiB per SM, ~25 MB on an H200). One
+//   atomicMax per block, then a grid-wide sync.
 //   Phase 2: every block derives the same scale from the finished amax
 //   (ScaleFromAmax, one IEEE division), block 0 writes scale_inv, and the
-//   range is cast back to front: the most recently read vectors first (still
-//   in L2), the kept ones last (from shared memory). Only the rest of x is
-//   read from DRAM a second time, which is what two plain passes cannot
-//   avoid: at 4096^2 bf16 (32 MiB) nothing is; at 8192^2 about half.
+//   tiles are cast in decreasing order: the most recently read first (still in
+//   L2), the kept ones last (from shared memory). Only the rest of x is read
+//   from DRAM a second time, which two plain passes cannot avoid: at 4096^2
+//   bf16 (32 MiB) nothing is.
 // InitKernel (zeroed amax) runs before this launch in plain stream order.
 
 #include <cooperative_groups.h>
@@ -34,10 +36,10 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
-constexpr int kAmaxUnroll = 8;  // phase 1: 128 KiB of loads in flight per SM
-constexpr int kCastUnroll = 4;  // phase 2: the cast needs more registers
-constexpr int64_t kKeptVectors = int64_t{13} * kThreads;  // 208 KiB
-constexpr int64_t kKeptBytes = kKeptVectors * 16;
+constexpr int kTileUnroll = 4;  // 16-byte loads per thread per tile
+constexpr int64_t kTileVectors = int64_t{kThreads} * kTileUnroll;
+constexpr int kKeptTiles = 3;
+constexpr int64_t kKeptBytes = kKeptTiles * kTileVectors * 16;  // 192 KiB
 
 struct CurrentCastParams {
   const void* x;
@@ -46,40 +48,100 @@ struct CurrentCastParams {
   float* scale_inv;
   float* amax;            // zeroed by InitKernel
   int64_t vectors;        // 16-byte input vectors (the example, exactly)
-  int64_t per_block;      // vectors per block (the last block: the rest)
-  int64_t kept;           // vectors per block kept in shared memory
+  int64_t tiles;          // ceil(vectors / kTileVectors)
 };
+
+// Loads tile t's vectors of this thread (zero past the end).
+__device__ __forceinline__ void LoadTile(const uint4* x, int64_t t,
+                                         int64_t vectors,
+                                         uint4 (&raw)[kTileUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kTileUnroll; ++u) {
+    const int64_t i = t * kTileVectors + u * kThreads + threadIdx.x;
+    raw[u] = i < vectors ? LoadStreaming(x + i) : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+template <typename In>
+__device__ __forceinline__ float TileMax(const uint4 (&raw)[kTileUnroll],
+                                         float amax) {
+#pragma unroll
+  for (int u = 0; u < kTileUnroll; ++u) {
+    float v[In::kVec];
+    In::Unpack(raw[u], v);
+#pragma unroll
+    for (int e = 0; e < In::kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  }
+  return amax;
+}
+
+// Tile t (the block's k-th) from shared memory if kept, else from x.
+__device__ __forceinline__ void FetchTile(const uint4* x, const uint4* kept,
+                                          int64_t k, int64_t t,
+                                          int64_t vectors,
+                                          uint4 (&raw)[kTileUnroll]) {
+  if (k < kKeptTiles) {
+#pragma unroll
+    for (int u = 0; u < kTileUnroll; ++u) {
+      raw[u] = kept[k * kTileVectors + u * kThreads + threadIdx.x];
+    }
+  } else {
+    LoadTile(x, t, vectors, raw);
+  }
+}
+
+// Casts this thread's vectors of tile t into row.
+template <typename In, Fp8Format kFormat>
+__device__ __forceinline__ void CastTile(const uint4 (&raw)[kTileUnroll],
+                                         int64_t t, int64_t vectors,
+                                         float scale, uint8_t* row) {
+  constexpr int kVec = In::kVec;
+#pragma unroll
+  for (int u = 0; u < kTileUnroll; ++u) {
+    const int64_t i = t * kTileVectors + u * kThreads + threadIdx.x;
+    if (i < vectors) {
+      float v[kVec];
+      In::Unpack(raw[u], v);
+      uint32_t q[kVec / 4];
+      CastVec<kFormat>(v, scale, q);
+      if constexpr (kVec == 8) {
+        *reinterpret_cast<uint2*>(row + i * kVec) = make_uint2(q[0], q[1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(row + i * kVec) = q[0];
+      }
+    }
+  }
+}
 
 template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads, 1)
     CurrentCastKernel(const __grid_constant__ CurrentCastParams p) {
-  constexpr int kVec = In::kVec;
   extern __shared__ __align__(16) uint4 kept[];
   __shared__ float warp_max[kThreads / 32];
   const int tid = threadIdx.x;
   const uint4* x = static_cast<const uint4*>(p.x);
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * p.per_block;
-  const int64_t count = max(int64_t{0}, min(p.per_block, p.vectors - begin));
-  const int64_t kept_count = min(p.kept, count);
+  // This block's tiles: t_k = blockIdx.x + k * gridDim.x, k < count.
+  const int64_t count =
+      (p.tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  auto tile = [&](int64_t k) { return blockIdx.x + k * gridDim.x; };
 
-  // Phase 1: the block max, keeping the first kept_count vectors.
+  // Phase 1: the block max, keeping the first kKeptTiles tiles.
   float amax = 0.0f;
-  for (int64_t base = 0; base < count; base += int64_t{kThreads} * kAmaxUnroll) {
-    uint4 raw[kAmaxUnroll];
+  for (int64_t k = 0; k < count; k += 2) {
+    uint4 a[kTileUnroll];
+    uint4 b[kTileUnroll];
+    LoadTile(x, tile(k), p.vectors, a);
+    const bool second = k + 1 < count;
+    if (second) LoadTile(x, tile(k + 1), p.vectors, b);
+    amax = TileMax<In>(a, amax);
+    if (second) amax = TileMax<In>(b, amax);
+    if (k < kKeptTiles) {
 #pragma unroll
-    for (int u = 0; u < kAmaxUnroll; ++u) {
-      const int64_t j = base + u * kThreads + tid;
-      if (j < count) raw[u] = LoadStreaming(x + begin + j);
-    }
-#pragma unroll
-    for (int u = 0; u < kAmaxUnroll; ++u) {
-      const int64_t j = base + u * kThreads + tid;
-      if (j < count) {
-        float v[kVec];
-        In::Unpack(raw[u], v);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
-        if (j < kept_count) kept[j] = raw[u];
+      for (int u = 0; u < kTileUnroll; ++u) {
+        kept[k * kTileVectors + u * kThreads + tid] = a[u];
+        if (second && k + 1 < kKeptTiles) {
+          kept[(k + 1) * kTileVectors + u * kThreads + tid] = b[u];
+        }
       }
     }
   }
@@ -89,37 +151,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   cg::this_grid().sync();
 
-  // Phase 2: the scale of the finished amax, then the cast, back to front.
+  // Phase 2: the scale of the finished amax, then the cast, last tiles first,
+  // two tiles (8 vectors per thread) in flight for 16-bit inputs (f32: one,
+  // which keeps it within the 64 registers of 1024 threads).
+  constexpr int64_t kPerStep = In::kVec == 8 ? 2 : 1;
   const float scale = ScaleFromAmax(__ldcg(p.amax), *p.fallback, kFormat);
   if (blockIdx.x == 0 && tid == 0) *p.scale_inv = ScaleInverse(scale);
-  constexpr int64_t kStep = int64_t{kThreads} * kCastUnroll;
-  const int64_t steps = (count + kStep - 1) / kStep;
-  for (int64_t step = steps - 1; step >= 0; --step) {
-    const int64_t base = step * kStep;
-    uint4 raw[kCastUnroll];
-#pragma unroll
-    for (int u = 0; u < kCastUnroll; ++u) {
-      const int64_t j = base + u * kThreads + tid;
-      if (j < count) {
-        raw[u] = j < kept_count ? kept[j] : LoadStreaming(x + begin + j);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kCastUnroll; ++u) {
-      const int64_t j = base + u * kThreads + tid;
-      if (j < count) {
-        float v[kVec];
-        In::Unpack(raw[u], v);
-        uint32_t q[kVec / 4];
-        CastVec<kFormat>(v, scale, q);
-        uint8_t* dst = p.row + (begin + j) * kVec;
-        if constexpr (kVec == 8) {
-          *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
-        } else {
-          *reinterpret_cast<uint32_t*>(dst) = q[0];
-        }
-      }
-    }
+  for (int64_t k = count - 1; k >= 0; k -= kPerStep) {
+    uint4 a[kTileUnroll];
+    uint4 b[kTileUnroll];
+    FetchTile(x, kept, k, tile(k), p.vectors, a);
+    const bool second = kPerStep == 2 && k >= 1;
+    if (second) FetchTile(x, kept, k - 1, tile(k - 1), p.vectors, b);
+    CastTile<In, kFormat>(a, tile(k), p.vectors, scale, p.row);
+    if (second) CastTile<In, kFormat>(b, tile(k - 1), p.vectors, scale, p.row);
   }
 }
 
@@ -135,26 +180,24 @@ LaunchStatus LaunchCurrentCastOf(const Fp8QuantizeProblem& problem,
   p.scale_inv = buffers.scale_inv;
   p.amax = buffers.amax;
   p.vectors = problem.rows * problem.cols / In::kVec;
-  // At most one block per SM (all must be resident for the grid sync), and
-  // no block with less than one phase-1 step of work.
-  const int64_t step = int64_t{kThreads} * kAmaxUnroll;
-  int64_t grid = std::max<int64_t>(
-      1, std::min<int64_t>(sms, (p.vectors + step - 1) / step));
+  p.tiles = (p.vectors + kTileVectors - 1) / kTileVectors;
   cudaError_t error = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
       static_cast<int>(kKeptBytes));
   if (error != cudaSuccess) {
     return Failed(error, "setting CurrentCastKernel's shared memory");
   }
-  // A cooperative grid must be resident at once (fewer SMs may be available
-  // to this context than the device has).
+  // At most one block per SM, all resident at once for the grid sync (fewer
+  // SMs may be available to this context than the device has), and none
+  // without a tile.
   static const int64_t resident =
       int64_t{BlocksPerSm(kernel, kThreads, static_cast<size_t>(kKeptBytes))} *
       sms;
-  grid = std::min(grid, resident);
-  p.per_block = (p.vectors + grid - 1) / grid;
-  p.kept = std::min(p.per_block, kKeptVectors);
-  const size_t shared_bytes = static_cast<size_t>(p.kept) * 16;
+  const int64_t grid = std::max<int64_t>(
+      1, std::min({int64_t{sms}, resident, p.tiles}));
+  const int64_t kept_tiles =
+      std::min<int64_t>(kKeptTiles, (p.tiles + grid - 1) / grid);
+  const size_t shared_bytes = static_cast<size_t>(kept_tiles * kTileVectors * 16);
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
