@@ -262,7 +262,7 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
   // InitKernel inverted.
   if (elements == 0 && dbias_elements == 0) return LaunchStatus{};
 
-  if (problem.scale_from_amax && CurrentCastApplies(problem, buffers)) {
+  if (CurrentCastApplies(problem, buffers)) {
     return LaunchCurrentCast(problem, buffers, stream, sms);
   }
   return DispatchTypes(problem, [&](auto input, auto format) {
@@ -303,7 +303,7 @@ extern "C" int EqxQuantCudaFp8ConvertSelfTest(unsigned long long* mismatches,
     error = cudaMemsetAsync(d_first, 0xFF, sizeof(*d_first), stream);
   }
   if (error == cudaSuccess) {
-    Fp8ConvertSelfTestKernel<<<eqx_quant::cuda::fp8::SmCount() * 8, 256, 0,
+    Fp8ConvertSelfTestKernel<<<eqx_quant::cuda::SmCount() * 8, 256, 0,
                                stream>>>(d_mismatches, d_first);
     error = cudaGetLastError();
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/fp8_format.h"
+#include "kernels/fp8_convert_cuda.cuh"
 
 namespace eqx_quant::cuda::fp8 {
 
@@ -77,21 +78,6 @@ struct Bf16Input {
 // ---------------------------------------------------------------------------
 // Device helpers.
 
-// Two f32 -> two FP8 bytes (lo in the low byte), saturating RNE, NaN -> 0x7F.
-template <Fp8Format kFormat>
-__device__ __forceinline__ uint32_t CvtPair(float lo, float hi) {
-  uint16_t packed;
-  if constexpr (kFormat == Fp8Format::kE4M3Fn) {
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
-        : "=h"(packed)
-        : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;"
-        : "=h"(packed)
-        : "f"(hi), "f"(lo));
-  }
-  return packed;
-}
 
 // kVec values times `scale` -> kVec FP8 bytes, little-endian in kVec/4 words.
 template <Fp8Format kFormat, int kVec>

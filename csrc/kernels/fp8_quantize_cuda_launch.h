@@ -15,26 +15,11 @@
 
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
+#include "kernels/cuda_sm_count.h"
 #include "kernels/fp8_quantize_cuda.h"
 #include "kernels/fp8_quantize_cuda_device.cuh"
 
 namespace eqx_quant::cuda::fp8 {
-
-inline int SmCount() {
-  static int cached[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 132;
-  if (device >= 0 && device < 64 && cached[device] > 0) return cached[device];
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess ||
-      sms <= 0) {
-    cudaGetLastError();
-    sms = 132;
-  }
-  if (device >= 0 && device < 64) cached[device] = sms;
-  return sms;
-}
 
 // EQX_QUANT_CUDA_PDL=0 launches the main kernel without programmatic
 // dependent launch (plain stream order).

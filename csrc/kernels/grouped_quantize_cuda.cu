@@ -40,6 +40,7 @@
 #include "common/fp8_format.h"
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
+#include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_quantize_cuda.h"
 #include "kernels/grouped_mxfp8_vec_cuda.cuh"
 #include "kernels/grouped_quantize_cuda_device.cuh"
@@ -52,7 +53,6 @@ namespace {
 using namespace grouped_dev;  // NOLINT: the shared helpers of the grouped ops
 using mxfp8::BlockScale;
 using mxfp8::Bf16In;
-using mxfp8::CvtPair;
 using mxfp8::F16In;
 using mxfp8::F32In;
 using mxfp8::F32Key;
@@ -350,18 +350,6 @@ TileParams BaseParams(const GroupedView& v) {
 // ---------------------------------------------------------------------------
 // The MXFP8 fast path (grouped_mxfp8_vec_cuda.cuh).
 
-int SmCount() {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess ||
-      sms <= 0) {
-    cudaGetLastError();
-    return 132;
-  }
-  return sms;
-}
 
 template <typename In, Fp8Format kFormat, bool kRow, bool kCol>
 GroupedLaunchStatus LaunchVec(const grouped_vec::VecParams& p,

@@ -48,6 +48,7 @@
 #include "common/e8m0.h"
 #include "common/fp8_format.h"
 #include "common/mxfp8_problem.h"
+#include "kernels/cuda_sm_count.h"
 #include "kernels/mxfp8_quantize_cuda.h"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"
 
@@ -364,19 +365,6 @@ Mxfp8LaunchStatus Check(const char* what) {
   return status;
 }
 
-// Multiprocessors of the current device (a cheap query).
-int SmCount() {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess ||
-      sms <= 0) {
-    cudaGetLastError();
-    return 132;  // H100 / H200
-  }
-  return sms;
-}
 
 unsigned GridFor(int64_t work_items) {
   const int64_t kMaxGrid = int64_t{1} << 30;  // grid-stride beyond

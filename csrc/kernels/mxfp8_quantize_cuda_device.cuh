@@ -18,6 +18,7 @@
 
 #include "common/e8m0.h"
 #include "common/fp8_format.h"
+#include "kernels/fp8_convert_cuda.cuh"
 
 namespace eqx_quant::cuda::mxfp8 {
 
@@ -156,22 +157,6 @@ __device__ __forceinline__ uint8_t BlockScale(float amax) {
   }
 }
 
-// Two f32 -> two FP8 bytes (lo in the low byte), saturating RNE, NaN -> 0x7F
-// (the hardware convert; == fp8_format.h's FloatToFp8 on every f32).
-template <Fp8Format kFormat>
-__device__ __forceinline__ uint32_t CvtPair(float lo, float hi) {
-  uint16_t packed;
-  if constexpr (kFormat == Fp8Format::kE4M3Fn) {
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
-        : "=h"(packed)
-        : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;"
-        : "=h"(packed)
-        : "f"(hi), "f"(lo));
-  }
-  return packed;
-}
 
 // The kVec elements of one vector times factor[e] (kUniform: factor[0]) ->
 // kVec FP8 bytes, little-endian in kVec/4 words. Exact IEEE products

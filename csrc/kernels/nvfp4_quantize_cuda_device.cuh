@@ -15,6 +15,7 @@
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
 #include "common/threefry.h"
+#include "kernels/cuda_sm_count.h"
 #include "kernels/nvfp4_quantize_cuda.h"
 #include "kernels/nvfp4_quantize_cuda_math.cuh"
 
@@ -223,25 +224,6 @@ inline unsigned GridSize(int64_t blocks) {
       std::max<int64_t>(1, std::min<int64_t>(blocks, 0x7FFFFFFF)));
 }
 
-// Multiprocessors of the current device (cached per device).
-inline int SmCount() {
-  static int cached[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return 132;
-  }
-  if (device >= 0 && device < 64 && cached[device] > 0) return cached[device];
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess ||
-      sms <= 0) {
-    cudaGetLastError();
-    sms = 132;  // H100 / H200
-  }
-  if (device >= 0 && device < 64) cached[device] = sms;
-  return sms;
-}
 
 inline Nvfp4LaunchStatus CheckLaunch(const char* what) {
   Nvfp4LaunchStatus status;
