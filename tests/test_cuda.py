@@ -145,6 +145,8 @@ SHAPES = [
     ((64, 2, 32), -2, "f16", "e4m3"),
     ((4, 96, 80), 2, "f32", "e4m3"),
     ((2, 512, 64), 2, "bf16", "e4m3"),
+    ((400, 1040), -1, "bf16", "e4m3"),  # CastTransposeKernel: partial 128x128 tiles
+    ((144, 260), -1, "f32", "e5m2"),
 ]
 
 
@@ -227,6 +229,16 @@ def test_vmap_batches_match_reference():
     x32 = _random((2, 4, 64, 24), jnp.float32, seed=4)
     _check(x32, "e5m2", flatten_axis=2, vmapped=True,
            combos=((eqq.QuantizeLayout.ROWWISE_COLWISE, True),))
+
+
+def test_vmap_transpose_tiles_span_examples():
+    """CastTransposeKernel with more tiles than resident blocks: a block's tiles belong to
+    different examples, each with its own amax and scale."""
+    x = _random((9, 128, 16384), jnp.bfloat16, seed=5)
+    x *= np.array([1, 50, 0.01, 3, 7, 1, 0.5, 200, 2], np.float32)[:, None, None].astype(x.dtype)
+    combos = ((eqq.QuantizeLayout.ROWWISE_COLWISE, False), (eqq.QuantizeLayout.COLWISE, False))
+    _check(x, "e4m3", vmapped=True, combos=combos)
+    _check(x, "e5m2", kind="delayed", scales=(2.5,), vmapped=True, combos=combos)
 
 
 ROWWISE_ONLY = ((eqq.QuantizeLayout.ROWWISE, False),)

@@ -15,7 +15,7 @@
 // checks that on all 2^32 f32 bit patterns (tests/test_cuda.py runs it).
 //
 // Launch sequence (all on the caller's stream, nothing allocated, every launch
-// checked); the kernels live in three files:
+// checked); the kernels live in four files:
 //   1. InitKernel: scale_inv[b] = 1/scale[b], amax[b] = 0. It lets its
 //      dependents launch at once.
 //   2. Delayed scaling (a given scale): one main kernel, launched with
@@ -28,6 +28,9 @@
 //          (f32) stores, block max + one atomicMax per block; 256 threads, 32
 //          registers, one full wave of 8 blocks per SM and a grid-stride
 //          loop.
+//        * CastTransposeKernel (fp8_transpose_cuda.cu) for the rowwise +
+//          transposed copies without dbias of aligned shapes (rows % 16,
+//          whole 16-byte vectors): 128 x 128 tiles staged in shared memory;
 //        * the walk (fp8_walk_cuda.cu) otherwise: transposed output and/or
 //          dbias, tiles of 64 x kVec columns walked down a range of rows.
 //   3. Current scaling (scale_from_amax: the scale is computed from the amax
@@ -272,6 +275,9 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
       const LaunchStatus amax =
           LaunchCast<In, kFormat, false>(problem, buffers, stream, sms);
       if (!amax.ok) return amax;
+    }
+    if (TransposeApplies(problem, buffers)) {
+      return LaunchTranspose(problem, buffers, stream, sms);
     }
     if (problem.with_dbias || problem.colwise) {
       return LaunchWalk(problem, buffers, stream, sms);

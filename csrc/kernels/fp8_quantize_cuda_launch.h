@@ -131,6 +131,13 @@ LaunchStatus DispatchTypes(const Fp8QuantizeProblem& problem, Fn&& fn) {
 LaunchStatus LaunchWalk(const Fp8QuantizeProblem& problem,
                         const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
                         int sms);
+// The rowwise + transposed copies without dbias for aligned shapes
+// (fp8_transpose_cuda.cu); TransposeApplies says when it can run.
+bool TransposeApplies(const Fp8QuantizeProblem& problem,
+                      const Fp8QuantizeBuffers& buffers);
+LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
+                             const Fp8QuantizeBuffers& buffers,
+                             cudaStream_t stream, int sms);
 // Current scaling of a rowwise-only example in one cooperative launch
 // (fp8_current_cuda.cu); CurrentCastApplies says when it can run.
 bool CurrentCastApplies(const Fp8QuantizeProblem& problem,

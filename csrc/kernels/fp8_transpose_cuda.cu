@@ -1,0 +1,234 @@
+// The cast + transpose kernel of eqx_quant_fp8_quantize (sm_90a): rowwise and
+// transposed FP8 copies without dbias, for aligned shapes (TransposeApplies).
+// See the top of fp8_quantize_cuda.cu for the launch sequence and the float
+// semantics; the walk kernel (fp8_walk_cuda.cu) serves every other colwise
+// problem.
+//
+// Persistent blocks of 128 threads deal 128 x 128 tiles round robin (tile
+// columns fastest). Per tile a thread loads its 16-byte vectors (one row lane
+// x kVec columns, kUnroll rows in flight), casts them, stores the rowwise
+// bytes at once (a warp covers whole 128-byte lines) and stages them in a
+// 16 KiB shared tile, XOR-swizzled by 16-row block so that the transposed
+// read is free of bank conflicts. After a barrier each thread takes units of
+// 4 columns x 16 rows: 16 word loads, a 4x4 byte transpose per 4 rows and 4
+// 16-byte stores; the 8 lanes sharing a column group write one whole 128-byte
+// line of each of its 4 output rows. The amax of an example is published
+// (one atomicMax per block) when the block's next tile belongs to another
+// example or it has no tile left. With current scaling (scale_from_amax) the
+// amax kernel has run first: every tile derives the scale from the finished
+// amax, the first tile of each example writes scale_inv, nothing is published.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
+#include "kernels/fp8_quantize_cuda.h"
+#include "kernels/fp8_quantize_cuda_device.cuh"
+#include "kernels/fp8_quantize_cuda_launch.h"
+
+namespace eqx_quant::cuda::fp8 {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kTileRows = 128;
+constexpr int kTileCols = 128;
+constexpr int kTileWords = kTileCols / 4;  // 4-byte words of a staged row
+constexpr int kUnroll = 8;                 // rows of loads in flight
+constexpr int kBlocksPerSm = 8;            // 64 registers, 16 KiB staging each
+constexpr int kUnits = (kTileCols / 4) * (kTileRows / 16);
+
+struct TransposeParams {
+  const void* x;
+  const float* scale;
+  uint8_t* row;  // null if not rowwise
+  uint8_t* col;
+  float* scale_inv;
+  float* amax;
+  int64_t rows;
+  int64_t cols;
+  int64_t row_tiles;
+  int64_t col_tiles;
+  int64_t tiles;  // batch * row_tiles * col_tiles
+  bool scale_from_amax;
+};
+
+// Word index in the staging tile of (tile row, 4-byte word): the 16-row
+// blocks 0..7 of one word go to 8 distinct groups of 4 banks.
+__device__ __forceinline__ int StagedWord(int row, int word) {
+  return row * kTileWords + (word ^ (4 * ((row >> 4) & 7)));
+}
+
+// 16 rows x 4 columns of bytes (w[k] = the 4 bytes of row k) -> the 4
+// columns' 16 bytes each, as 4 words per column.
+__device__ __forceinline__ void Transpose16x4(const uint32_t (&w)[16],
+                                              uint32_t (&out)[4][4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t a = w[4 * k];
+    const uint32_t b = w[4 * k + 1];
+    const uint32_t c = w[4 * k + 2];
+    const uint32_t d = w[4 * k + 3];
+    const uint32_t ab_lo = __byte_perm(a, b, 0x5140);  // a0 b0 a1 b1
+    const uint32_t ab_hi = __byte_perm(a, b, 0x7362);  // a2 b2 a3 b3
+    const uint32_t cd_lo = __byte_perm(c, d, 0x5140);
+    const uint32_t cd_hi = __byte_perm(c, d, 0x7362);
+    out[0][k] = __byte_perm(ab_lo, cd_lo, 0x5410);  // a0 b0 c0 d0
+    out[1][k] = __byte_perm(ab_lo, cd_lo, 0x7632);  // a1 b1 c1 d1
+    out[2][k] = __byte_perm(ab_hi, cd_hi, 0x5410);
+    out[3][k] = __byte_perm(ab_hi, cd_hi, 0x7632);
+  }
+}
+
+template <typename In, Fp8Format kFormat>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    CastTransposeKernel(const __grid_constant__ TransposeParams p) {
+  using Storage = typename In::Storage;
+  constexpr int kVec = In::kVec;
+  constexpr int kColLanes = kTileCols / kVec;      // 16 (2-byte) or 32 (f32)
+  constexpr int kRowLanes = kThreads / kColLanes;  // 8 or 4
+  constexpr int kRowsPerThread = kTileRows / kRowLanes;
+  static_assert(kRowsPerThread % kUnroll == 0, "whole batches of loads");
+  __shared__ __align__(16) uint32_t staging[kTileRows * kTileWords];
+  __shared__ float warp_max[kThreads / 32];
+
+  const int tid = threadIdx.x;
+  const int col_lane = tid % kColLanes;
+  const int row_lane = tid / kColLanes;
+  const int64_t tiles_per_example = p.row_tiles * p.col_tiles;
+  const int64_t elements = p.rows * p.cols;
+
+  float amax = 0.0f;
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    const int64_t b = t / tiles_per_example;
+    const int64_t in_example = t % tiles_per_example;
+    const int64_t m0 = (in_example / p.col_tiles) * kTileRows;
+    const int64_t n0 = (in_example % p.col_tiles) * kTileCols;
+    const int64_t c = n0 + col_lane * kVec;
+    const bool lane_active = c < p.cols;  // cols % kVec == 0: whole vectors
+    const float scale =
+        ExampleScale<kFormat>(p.scale, p.amax, p.scale_from_amax, b);
+    if (p.scale_from_amax && in_example == 0 && tid == 0) {
+      p.scale_inv[b] = ScaleInverse(scale);
+    }
+    const Storage* x = static_cast<const Storage*>(p.x) + b * elements;
+    uint8_t* row_out = p.row != nullptr ? p.row + b * elements : nullptr;
+
+#pragma unroll 1
+    for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
+      uint4 raw[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t m = m0 + row_lane + int64_t{kRowLanes} * (k0 + u);
+        raw[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (lane_active && m < p.rows) raw[u] = LoadStreaming(x + m * p.cols + c);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int r = row_lane + kRowLanes * (k0 + u);
+        float v[kVec];
+        In::Unpack(raw[u], v);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+        uint32_t q[kVec / 4];
+        CastVec<kFormat>(v, scale, q);
+        const int word = col_lane * (kVec / 4);
+        if constexpr (kVec == 8) {
+          *reinterpret_cast<uint2*>(&staging[StagedWord(r, word)]) =
+              make_uint2(q[0], q[1]);
+        } else {
+          staging[StagedWord(r, word)] = q[0];
+        }
+        if (row_out != nullptr && lane_active && m0 + r < p.rows) {
+          uint8_t* dst = row_out + (m0 + r) * p.cols + c;
+          if constexpr (kVec == 8) {
+            *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
+          } else {
+            *reinterpret_cast<uint32_t*>(dst) = q[0];
+          }
+        }
+      }
+    }
+    __syncthreads();
+
+    // Transposed write-out: col[n][m] of this example. rows % 16 == 0, so a
+    // unit's 16 rows are all inside the tensor or all outside.
+    uint8_t* col = p.col + b * elements;
+#pragma unroll
+    for (int unit = tid; unit < kUnits; unit += kThreads) {
+      const int block = unit % (kTileRows / 16);
+      const int group = unit / (kTileRows / 16);
+      const int64_t m = m0 + 16 * block;
+      if (m >= p.rows || n0 + 4 * group >= p.cols) continue;
+      uint32_t w[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) w[k] = staging[StagedWord(16 * block + k, group)];
+      uint32_t out[4][4];
+      Transpose16x4(w, out);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t n = n0 + 4 * group + q;
+        if (n < p.cols) {
+          *reinterpret_cast<uint4*>(col + n * p.rows + m) =
+              make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]);
+        }
+      }
+    }
+
+    // Publish the amax when the next tile is another example's (or none).
+    const int64_t next = t + gridDim.x;
+    if (!p.scale_from_amax &&
+        (next >= p.tiles || next / tiles_per_example != b)) {
+      const float block_max = BlockMax<kThreads>(amax, warp_max);
+      if (tid == 0) PublishAmax(p.amax + b, block_max);
+      amax = 0.0f;
+    }
+    __syncthreads();  // staging and warp_max are reused by the next tile
+  }
+}
+
+}  // namespace
+
+bool TransposeApplies(const Fp8QuantizeProblem& problem,
+                      const Fp8QuantizeBuffers& buffers) {
+  const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
+  return problem.colwise && !problem.with_dbias && problem.rows % 16 == 0 &&
+         problem.cols % vec == 0 && Aligned16(buffers.x) &&
+         Aligned16(buffers.col) && (!problem.rowwise || Aligned16(buffers.row));
+}
+
+LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
+                             const Fp8QuantizeBuffers& buffers,
+                             cudaStream_t stream, int sms) {
+  return DispatchTypes(problem, [&](auto input, auto format) -> LaunchStatus {
+    using In = decltype(input);
+    constexpr Fp8Format kFormat = decltype(format)::value;
+    TransposeParams p = {};
+    p.x = buffers.x;
+    p.scale = buffers.scale;
+    p.row = problem.rowwise ? buffers.row : nullptr;
+    p.col = buffers.col;
+    p.scale_inv = buffers.scale_inv;
+    p.amax = buffers.amax;
+    p.rows = problem.rows;
+    p.cols = problem.cols;
+    p.row_tiles = (problem.rows + kTileRows - 1) / kTileRows;
+    p.col_tiles = (problem.cols + kTileCols - 1) / kTileCols;
+    p.tiles = problem.batch * p.row_tiles * p.col_tiles;
+    p.scale_from_amax = problem.scale_from_amax;
+    if (p.tiles <= 0) return LaunchStatus{};
+    static const int blocks_per_sm = std::min(
+        kBlocksPerSm,
+        BlocksPerSm(&CastTransposeKernel<In, kFormat>, kThreads, 0));
+    const int64_t grid = std::min(p.tiles, int64_t{sms} * blocks_per_sm);
+    const cudaError_t error =
+        Launch(&CastTransposeKernel<In, kFormat>,
+               dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream, 1, p);
+    if (error != cudaSuccess) return Failed(error, "launching CastTransposeKernel");
+    return LaunchStatus{};
+  });
+}
+
+}  // namespace eqx_quant::cuda::fp8
