@@ -14,7 +14,7 @@ from ._ops.nvfp4_quantize import (
     nvfp4_quantize_op,
 )
 from ._tensor import ScaledTensor, ScaledTensor1x
-from .reference import _mx, _nvfp4, cast_canonical
+from .reference import _mx, cast_canonical
 
 
 def _parts(x, quantizer, fa: int):
@@ -83,17 +83,15 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
     row, row_scale, col, col_scale = nvfp4_quantize_op.bind(
         x, amax, col_amax, key, offset, params=params
     )
+    # The op returns the final dtypes (float4_e2m1fn data, float8_e4m3fn scales).
     part = _parts(x, quantizer, fa)
-    e4m3 = functools.partial(_mx.from_byte_view, dtype=jnp.float8_e4m3fn)
     return ScaledTensor(
-        rowwise=part(
-            data=_nvfp4.e2m1_from_codes(row), scale_inv=e4m3(row_scale), amax=amax, data_layout="N"
-        )
+        rowwise=part(data=row, scale_inv=row_scale, amax=amax, data_layout="N")
         if layout.has_rowwise
         else None,
         colwise=part(
-            data=_nvfp4.e2m1_from_codes(col),
-            scale_inv=e4m3(col_scale),
+            data=col,
+            scale_inv=col_scale,
             amax=col_amax,
             data_layout="T",
             is_colwise=True,

@@ -21,6 +21,8 @@ QUANTIZE_TARGET = "eqx_quant_nvfp4_quantize_cpu"
 MASK = _nvfp4.DEFAULT_RHT_SIGN_MASK
 X_DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
 CHUNK = 4096  # blocks per jitted reference-core call
+# The quantize kernel's outputs: row, row_scale, col, col_scale.
+OUT_DTYPES = (jnp.float4_e2m1fn, jnp.float8_e4m3fn, jnp.float4_e2m1fn, jnp.float8_e4m3fn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +143,6 @@ def kernel_quantize(x, amax, col_amax, *, n_batch=0, fa=-1, rowwise=True, colwis
     fa = _fa(s, fa)
     if block_axis is None:
         block_axis = n_batch + fa - 1 if (colwise or use_2d) else -1
-    u8 = jnp.uint8
     lb, kb = _cdiv(s[-1], 16), _cdiv(s[fa - 1], 16) if fa >= 1 else 0
     shapes = (
         batch + s if rowwise else (0,),
@@ -153,7 +154,9 @@ def kernel_quantize(x, amax, col_amax, *, n_batch=0, fa=-1, rowwise=True, colwis
     offset = np.zeros((n,), np.int32) if offset is None else offset
     global_shape = s if global_shape is None else global_shape
     call = jax.ffi.ffi_call(
-        QUANTIZE_TARGET, tuple(jax.ShapeDtypeStruct(sh, u8) for sh in shapes), vmap_method=None
+        QUANTIZE_TARGET,
+        tuple(jax.ShapeDtypeStruct(sh, dt) for sh, dt in zip(shapes, OUT_DTYPES)),
+        vmap_method=None,
     )
     out = call(
         x,
@@ -171,7 +174,18 @@ def kernel_quantize(x, amax, col_amax, *, n_batch=0, fa=-1, rowwise=True, colwis
         stochastic_rounding=bool(sr),
         global_shape=np.asarray(global_shape, np.int64),
     )
-    return [np.asarray(o) for o in out]
+    return [code_bytes(o) for o in out]
+
+
+def code_bytes(a) -> np.ndarray:
+    """The E2M1 codes (0..15) / E4M3 bytes of an f4 / e4m3 array, one uint8 each. `np.asarray`
+    unpacks XLA's packed f4 buffer (element 2i in the low nibble of byte i), so this reads
+    what the kernel packed."""
+    a = np.asarray(a)
+    assert a.dtype in (np.dtype(ml_dtypes.float4_e2m1fn), np.dtype(ml_dtypes.float8_e4m3fn)), (
+        a.dtype
+    )
+    return a.view(np.uint8)
 
 
 def kernel_amax(x, *, n_batch=0, fa=-1, with_rht=False, mask=MASK, block_axis=None):

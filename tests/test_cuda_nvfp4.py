@@ -275,11 +275,22 @@ def test_vmap(mode):
         _check(spread_random((3, 33, 20), jnp.float16, seed=8), -1, mode, TWO, vmapped=True, seed=8)
     if mode in ("1d", "sr"):  # rank-1 examples: rowwise only
         _check(spread_random((4, 40), jnp.bfloat16, seed=2), -1, mode, TWO, vmapped=True, seed=2)
+    # Packed f4 outputs: 91-element examples start on alternating nibbles (nibble stores
+    # shared by two blocks / examples); 16- and 64-element examples are the fast row kernel's
+    # example alignment cases (8 or 32 bytes of codes apart).
+    if mode not in ("rht", "rht_sr"):  # K = 7
+        _check(spread_random((3, 7, 13), jnp.bfloat16, seed=9), -1, mode, TWO, vmapped=True, seed=9)
+    if mode in ("1d", "sr"):
+        for shape, dtype in (((3, 16), jnp.bfloat16), ((3, 16), jnp.float32),
+                             ((5, 2, 32), jnp.bfloat16)):
+            _check(spread_random(shape, dtype, seed=12), -1, mode, TWO, vmapped=True, seed=12)
 
 
 def _ffi_quantize(platform, x, amax, col_amax, key, offset, global_shape, *, n_batch, fa,
                   rowwise, colwise, use_2d, use_rht, sr):
-    """The raw eqx_quant_nvfp4_quantize_<platform> op on arrays of that platform (uint8 outputs)."""
+    """The raw eqx_quant_nvfp4_quantize_<platform> op on arrays of that platform: its
+    float4_e2m1fn / float8_e4m3fn outputs as uint8 codes / scale bytes (`np.asarray` unpacks
+    the packed f4 buffers, so this reads what the kernel packed)."""
     batch, s = x.shape[:n_batch], x.shape[n_batch:]
     lb, kb = -(-s[-1] // 16), -(-s[fa - 1] // 16)
     shapes = (
@@ -290,7 +301,7 @@ def _ffi_quantize(platform, x, amax, col_amax, key, offset, global_shape, *, n_b
     )
     call = jax.ffi.ffi_call(
         f"eqx_quant_nvfp4_quantize_{platform}",
-        tuple(jax.ShapeDtypeStruct(sh, jnp.uint8) for sh in shapes),
+        tuple(jax.ShapeDtypeStruct(sh, dt) for sh, dt in zip(shapes, _OUT_DTYPES)),
         vmap_method=None,
     )
     out = call(
@@ -305,7 +316,11 @@ def _ffi_quantize(platform, x, amax, col_amax, key, offset, global_shape, *, n_b
         stochastic_rounding=bool(sr),
         global_shape=np.asarray(global_shape, np.int64),
     )
-    return [np.asarray(o) for o in out]
+    return [np.asarray(o).view(np.uint8) for o in out]
+
+
+# The raw op's outputs: row, row_scale, col, col_scale.
+_OUT_DTYPES = (jnp.float4_e2m1fn, jnp.float8_e4m3fn, jnp.float4_e2m1fn, jnp.float8_e4m3fn)
 
 
 # (x shape with n_batch leading dims, n_batch, fa, offset, global shape, use_2d, use_rht)

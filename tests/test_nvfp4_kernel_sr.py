@@ -10,6 +10,7 @@ from nvfp4_kernel_calls import (  # noqa: F401 (fixtures)
     rht_ok,
     AMAX_TARGET,
     MASK,
+    OUT_DTYPES,
     QUANTIZE_TARGET,
     _amaxes,
     _finite_amax,
@@ -114,7 +115,7 @@ def _quantize_error(**overrides):
         global_shape=np.array([32, 64], np.int64),
     )
     shapes = {"row": (32, 64), "row_scale": (32, 4), "col": (64, 32), "col_scale": (64, 2)}
-    dtypes = {k: jnp.uint8 for k in shapes}
+    dtypes = dict(zip(shapes, OUT_DTYPES))
     for name, value in overrides.items():
         if name in args:
             args[name] = value
@@ -142,7 +143,10 @@ def _quantize_error(**overrides):
         (dict(row_scale=(32, 3)), ["row_scale", "[32,4]"]),
         (dict(col=(32, 64)), ["col", "[64,32]"]),
         (dict(col_scale=(64, 1)), ["col_scale", "[64,2]"]),
-        (dict(row_dtype=jnp.int8), ["row", "s8", "u8"]),
+        (dict(row_dtype=jnp.uint8), ["row", "u8", "f4e2m1fn"]),
+        (dict(row_scale_dtype=jnp.uint8), ["row_scale", "u8", "f8e4m3fn"]),
+        (dict(col_dtype=jnp.float8_e4m3fn), ["col", "f8e4m3fn", "f4e2m1fn"]),
+        (dict(col_scale_dtype=jnp.uint8), ["col_scale", "u8", "f8e4m3fn"]),
         (dict(amax=np.ones((2,), np.float32)), ["amax", "[1]"]),
         (dict(col_amax=np.ones((1,), np.int32)), ["col_amax", "s32", "f32"]),
         (dict(key=np.zeros((2,), np.int32)), ["key", "s32", "u32"]),

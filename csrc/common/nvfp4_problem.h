@@ -56,10 +56,16 @@ struct Nvfp4QuantizeProblem {
   bool stochastic_rounding = false;
   // The unsharded S (for the stochastic-rounding index), n entries.
   std::vector<int64_t> global_shape;
+  // How row / col hold the codes: false, one code per byte (the grouped CPU
+  // kernel's per-group calls); true, packed two per byte as XLA stores
+  // F4E2M1FN (flat element i of the buffer in nibble i % 2, 0 = low, of byte
+  // i / 2).
+  bool packed_codes = false;
 };
 
 // Data pointers of one eqx_quant_nvfp4_quantize call; per-example blocks are
-// contiguous. Codes are E2M1 codes (0..15), one per byte; scales E4M3 bytes.
+// contiguous. Codes are E2M1 codes (0..15), one per byte or two per byte
+// (Nvfp4QuantizeProblem::packed_codes); scales E4M3 bytes.
 struct Nvfp4QuantizeBuffers {
   const void* x = nullptr;            // batch x (A, K, C, L), of InputType
   const float* amax = nullptr;        // batch: rowwise global amax

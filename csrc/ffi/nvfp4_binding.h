@@ -20,10 +20,13 @@
 //   Arg 2  col_amax   F32                B + (1,)
 //   Arg 3  key        U32                B + (2,)
 //   Arg 4  offset     S32                (n,)
-//   Ret 0  row        U8                 B + S                     (rowwise)
-//   Ret 1  row_scale  U8                 B + S[:n-1] + (ceil(L/16),)
-//   Ret 2  col        U8                 B + S[fa:] + S[:fa]       (colwise)
-//   Ret 3  col_scale  U8                 B + S[fa:] + S[:fa-1] + (ceil(K/16),)
+//   Ret 0  row        F4E2M1FN           B + S                     (rowwise)
+//   Ret 1  row_scale  F8E4M3FN           B + S[:n-1] + (ceil(L/16),)
+//   Ret 2  col        F4E2M1FN           B + S[fa:] + S[:fa]       (colwise)
+//   Ret 3  col_scale  F8E4M3FN           B + S[fa:] + S[:fa-1] + (ceil(K/16),)
+// (a disabled part is a (0,) buffer of its type). The F4E2M1FN buffers are
+// packed: flat element i of the buffer is nibble i % 2 (0 = low) of byte
+// i / 2, so a buffer of n elements is (n + 1) / 2 bytes (size_bytes() says n).
 //   Attrs  n_batch: int64, block_axis: int64, rowwise: bool, colwise: bool,
 //          use_2d: bool, use_rht: bool, rht_sign_mask: int64,
 //          stochastic_rounding: bool, global_shape: int64 array (n,)

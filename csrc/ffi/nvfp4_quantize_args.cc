@@ -194,12 +194,12 @@ ffi::ErrorOr<Nvfp4QuantizeProblem> CheckNvfp4QuantizeOperands(
   const std::vector<int64_t> l_blocks = {(view->l + kBlock - 1) / kBlock};
   const bool rw = attrs.rowwise;
   if (auto error = check.Operand(
-          "row", row, ffi::DataType::U8, rw ? Concat({dims}) : empty,
+          "row", row, ffi::DataType::F4E2M1FN, rw ? Concat({dims}) : empty,
           (rw ? "B + S, " : "(0,), ") + rowwise_note)) {
     return *error;
   }
   if (auto error = check.Operand(
-          "row_scale", row_scale, ffi::DataType::U8,
+          "row_scale", row_scale, ffi::DataType::F8E4M3FN,
           rw ? Concat({batch, s.first(n - 1), l_blocks}) : empty,
           (rw ? "B + S[:n-1] + (ceil(L/16),), " : "(0,), ") + rowwise_note)) {
     return *error;
@@ -215,12 +215,12 @@ ffi::ErrorOr<Nvfp4QuantizeProblem> CheckNvfp4QuantizeOperands(
   }
   const bool cw = attrs.colwise;
   if (auto error = check.Operand(
-          "col", col, ffi::DataType::U8, col_shape,
+          "col", col, ffi::DataType::F4E2M1FN, col_shape,
           (cw ? "B + S[fa:] + S[:fa], " : "(0,), ") + colwise_note)) {
     return *error;
   }
   if (auto error = check.Operand(
-          "col_scale", col_scale, ffi::DataType::U8, col_scale_shape,
+          "col_scale", col_scale, ffi::DataType::F8E4M3FN, col_scale_shape,
           (cw ? "B + S[fa:] + S[:fa-1] + (ceil(K/16),), " : "(0,), ") +
               colwise_note)) {
     return *error;
@@ -236,6 +236,7 @@ ffi::ErrorOr<Nvfp4QuantizeProblem> CheckNvfp4QuantizeOperands(
   problem.stochastic_rounding = attrs.stochastic_rounding;
   problem.global_shape.assign(attrs.global_shape.begin(),
                               attrs.global_shape.end());
+  problem.packed_codes = true;  // row / col are F4E2M1FN buffers
   return problem;
 }
 

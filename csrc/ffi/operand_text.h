@@ -34,6 +34,7 @@ inline std::string DataTypeName(xla::ffi::DataType type) {
     case DataType::F64: return "f64";
     case DataType::F8E4M3FN: return "f8e4m3fn";
     case DataType::F8E5M2: return "f8e5m2";
+    case DataType::F4E2M1FN: return "f4e2m1fn";
     default: return "dtype#" + std::to_string(static_cast<int>(type));
   }
 }

@@ -3,24 +3,27 @@
 // sum (common/tree_sum.h: split at ceil(n/2), IEEE f32 adds) of float(x) over
 // the group's rows, +0 for an empty group, NaN written as 0x7FC00000.
 //
-// DbiasKernel (256 threads = 8 warps; CTA = (group g, 32 columns), one lane
-// per column). The group's tree is cut at depth 3: warp w owns the node
-// reached from the root by the path of w's 3 bits (MSB first), descending as
-// the canonical tree splits (a node of one row has itself as left child and
-// an empty right child, an empty node two empty children). Each lane sums
-// its column over the node's rows in row order with the dense kernels'
-// binary-counter walk (dbias_walk::DbiasStack + EndMerges from
-// kernels/fp8_quantize_cuda.h: after leaf t, the EndMerges(count, t) nodes
-// that end there are merged), 8 loads in flight, the first 6 partial sums in
-// registers and the rest in shared memory. The 8 node sums (an empty node
-// gives -0.0, the exact identity of IEEE addition: x + -0 == x for every x,
-// +0 included) are then added pairwise up the 3 levels, left + right, which
-// is the canonical tree exactly. The group offsets come from a block
-// reduction of the group sizes (int64).
-//
-// Parallelism: G * ceil(N/32) CTAs of 8 row slices; a single huge group with
-// few columns gets few CTAs (each warp then walks rows/8 rows).
+// DbiasTreeKernel. The canonical tree over a group's n rows is a perfect
+// binary tree whose empty leaves count as -0.0, the exact identity of IEEE
+// addition (kernels/grouped_dbias_tree_cuda.cuh, checked against TreeSum by
+// its host test). A cluster of 2^c CTAs (c = 0..3) owns one (group, slab of
+// 32 * kLaneCols columns): each lane adds kLaneCols columns (one 16-byte load
+// per row for bf16 / f16 / f32 rows, or 1 column when the rows are not
+// 16-byte vectors). The perfect tree is cut into
+//   * c + 3 top levels: cluster rank, then warp (8 warps per CTA);
+//   * s levels walked by each warp: 2^s chunks in row order, the chunk sums
+//     merged with a binary counter (after chunk q, one merge per trailing one
+//     bit of q; the pending sums in shared memory);
+//   * 4 chunk levels: a chunk of 16 slots holds at most 16 rows; its rows
+//     are loaded at once (up to 16 loads in flight per lane; an empty slot
+//     is -0.0 and costs no load) and added as a perfect tree in registers,
+//     fully unrolled.
+// The 8 warp sums are added pairwise in shared memory, then the 2^c CTA sums
+// through distributed shared memory (rank r finishing 1/2^c of the slab's
+// columns). No row is read twice, no bookkeeping runs per row, and every
+// group gets 2^c x 8 warps whatever its size.
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,7 +31,8 @@
 
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
-#include "kernels/fp8_quantize_cuda.h"  // dbias_walk
+#include "kernels/cuda_sm_count.h"
+#include "kernels/grouped_dbias_tree_cuda.cuh"
 #include "kernels/grouped_quantize_cuda.h"
 #include "kernels/grouped_quantize_cuda_device.cuh"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"  // input types
@@ -36,20 +40,21 @@
 namespace eqx_quant::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+namespace gdt = grouped_dbias_tree;
 using namespace grouped_dev;  // NOLINT: the shared helpers of the grouped ops
 using mxfp8::Bf16In;
 using mxfp8::F16In;
 using mxfp8::F32In;
 
-constexpr int kCols = 32;       // columns per CTA, one per lane
-constexpr int kSliceDepth = 3;  // kWarps = 2^3 row slices
-static_assert((1 << kSliceDepth) == kWarps, "one slice per warp");
-constexpr int kRegLevels = 6;      // partial sums in registers
-constexpr int kSharedLevels = 26;  // more in shared memory
-constexpr int kMaxSliceDepth = kRegLevels + kSharedLevels;  // 2^32 rows
-constexpr int kLoadAhead = 8;
+static_assert((1 << gdt::kWarpLevels) == kWarps, "one warp bit per warp");
+constexpr int kMaxClusterLevels = 3;  // 8 CTAs: the portable cluster size
+constexpr int kBlocksPerSm = 2;       // what __launch_bounds__ asks for
+// Dynamic shared memory for the warps' binary counters (levels x lane
+// columns x threads floats); deeper trees take the 1-column kernel.
+constexpr int64_t kMaxStackBytes = 96 * 1024;
 
-struct DbiasParams {
+struct TreeParams {
   const void* x;
   const int32_t* group_sizes;
   float* dbias;  // batch x G x N
@@ -58,247 +63,254 @@ struct DbiasParams {
   int64_t cols;  // N
   int64_t groups;
   RowSpec rs;          // R, U
-  int64_t col_tiles;   // ceil(N / 32)
+  int64_t col_tiles;   // ceil(N / slab)
+  int cluster_levels;  // c: 2^c CTAs per (group, slab)
 };
 
+// The bits of a word of -0.0 elements (an empty slot).
 template <typename In>
-__global__ void __launch_bounds__(kThreads)
-    DbiasKernel(const __grid_constant__ DbiasParams p) {
+constexpr uint32_t kNegZeroWord =
+    sizeof(typename In::Storage) == 2 ? 0x80008000u : 0x80000000u;
+
+// If `live`, loads kLaneCols elements at p (16 bytes, or one element) into
+// w; else leaves w (the -0.0 words of an empty slot). The 16-byte load is a
+// predicated instruction, so that a chunk's loads issue back to back.
+template <typename In, int kLaneCols>
+__device__ __forceinline__ void LoadLane(const typename In::Storage* p,
+                                         bool live, uint32_t (&w)[4]) {
   using Storage = typename In::Storage;
-  __shared__ float overflow[kSharedLevels * kThreads];
-  __shared__ float partial[kWarps][kCols];
-  __shared__ int64_t warp_sums[kWarps];
-
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t N = p.cols;
-  const int64_t g = blockIdx.x;
-
-  for (int64_t ex = blockIdx.z; ex < p.batch; ex += gridDim.z) {
-    for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
-      const int64_t n = ct * kCols + lane;
-      const bool valid = n < N;
-      int64_t start;
-      int64_t count;
-      GroupSpan(p.group_sizes + ex * p.groups, g, p.rs, warp_sums, &start,
-                &count);
-      float* out = p.dbias + (ex * p.groups + g) * N;
-      if (count == 0) {  // uniform
-        if (warp == 0 && valid) out[n] = 0.0f;
-        continue;
-      }
-      // This warp's node of the group's tree.
-      int64_t begin = 0;
-      int64_t size = count;
-#pragma unroll
-      for (int level = 0; level < kSliceDepth; ++level) {
-        const bool right = ((warp >> (kSliceDepth - 1 - level)) & 1) != 0;
-        if (size > 1) {
-          const int64_t half = (size + 1) / 2;
-          begin += right ? half : 0;
-          size = right ? size - half : half;
-        } else if (right) {
-          size = 0;  // the empty right child of a one-row node
-        }
-      }
-      float sum = -0.0f;
-      if (size > 0) {  // uniform in the warp
-        dbias_walk::DbiasStack<1, kRegLevels> stack;
-        stack.overflow = overflow + threadIdx.x;
-        stack.overflow_stride = kThreads;
-        const Storage* src = static_cast<const Storage*>(p.x) +
-                             ex * p.rows * N + (start + begin) * N +
-                             (valid ? n : 0);
-        for (int64_t r0 = 0; r0 < size; r0 += kLoadAhead) {
-          float v[kLoadAhead];
-#pragma unroll
-          for (int k = 0; k < kLoadAhead; ++k) {
-            v[k] = valid && r0 + k < size ? In::Scalar(src + (r0 + k) * N)
-                                          : 0.0f;
-          }
-#pragma unroll
-          for (int k = 0; k < kLoadAhead; ++k) {
-            if (r0 + k < size) {
-              const float leaf[1] = {v[k]};
-              stack.Leaf(leaf, dbias_walk::EndMerges(size, r0 + k));
-            }
-          }
-        }
-        sum = stack.top[0];
-      }
-      partial[warp][lane] = sum;
-      __syncthreads();
-      if (warp == 0) {
-        float s[kWarps];
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) s[w] = partial[w][lane];
-#pragma unroll
-        for (int width = kWarps; width > 1; width /= 2) {
-#pragma unroll
-          for (int i = 0; i < width / 2; ++i) {
-            s[i] = __fadd_rn(s[2 * i], s[2 * i + 1]);
-          }
-        }
-        if (valid) out[n] = s[0] != s[0] ? __uint_as_float(0x7FC00000u) : s[0];
-      }
-      __syncthreads();  // partial is free for the next tile
-    }  // column tiles
-  }  // examples
-}
-
-// DbiasVecKernel: the same tree cut (depth 3, warp w = node w) and the same
-// walk, but each lane owns kV = 4 consecutive columns (one 8-byte load for
-// bf16 / f16, 16 bytes for f32), so a CTA covers 128 columns, a warp reads
-// 256 or 512 contiguous bytes per row, the walk's bookkeeping (EndMerges) is
-// shared by 4 columns, and kVecAhead rows are loaded before they are added.
-// Taken when N % 4 == 0, x is 16-byte aligned and a node's walk fits in
-// kVecRegLevels + kVecSharedLevels partial sums.
-constexpr int kV = 4;
-constexpr int kVecCols = 32 * kV;
-constexpr int kVecRegLevels = 6;
-constexpr int kVecSharedLevels = 10;
-constexpr int kVecMaxDepth = kVecRegLevels + kVecSharedLevels;
-constexpr int kVecAhead = 16;
-
-template <typename In>
-__global__ void __launch_bounds__(kThreads)
-    DbiasVecKernel(const __grid_constant__ DbiasParams p) {
-  using Storage = typename In::Storage;
-  __shared__ float overflow[kVecSharedLevels * kV * kThreads];
-  __shared__ __align__(16) float partial[kWarps][kVecCols];
-  __shared__ int64_t warp_sums[kWarps];
-
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t N = p.cols;
-  const int64_t g = blockIdx.x;
-
-  for (int64_t ex = blockIdx.z; ex < p.batch; ex += gridDim.z) {
-    for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
-      const int64_t n = ct * kVecCols + lane * kV;
-      const bool valid = n < N;  // all kV columns (N % kV == 0)
-      int64_t start;
-      int64_t count;
-      GroupSpan(p.group_sizes + ex * p.groups, g, p.rs, warp_sums, &start,
-                &count);
-      float* out = p.dbias + (ex * p.groups + g) * N;
-      if (count == 0) {  // uniform
-        if (warp == 0 && valid) {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) out[n + e] = 0.0f;
-        }
-        continue;
-      }
-      int64_t begin = 0;
-      int64_t size = count;
-#pragma unroll
-      for (int level = 0; level < kSliceDepth; ++level) {
-        const bool right = ((warp >> (kSliceDepth - 1 - level)) & 1) != 0;
-        if (size > 1) {
-          const int64_t half = (size + 1) / 2;
-          begin += right ? half : 0;
-          size = right ? size - half : half;
-        } else if (right) {
-          size = 0;
-        }
-      }
-      float sum[kV];
-#pragma unroll
-      for (int e = 0; e < kV; ++e) sum[e] = -0.0f;
-      if (size > 0) {  // uniform in the warp
-        dbias_walk::DbiasStack<kV, kVecRegLevels> stack;
-        stack.overflow = overflow + threadIdx.x;
-        stack.overflow_stride = kThreads;
-        const Storage* src = static_cast<const Storage*>(p.x) +
-                             ex * p.rows * N + (start + begin) * N +
-                             (valid ? n : 0);
-        for (int64_t r0 = 0; r0 < size; r0 += kVecAhead) {
-          uint32_t w[kVecAhead][4];
-#pragma unroll
-          for (int k = 0; k < kVecAhead; ++k) {
-            w[k][0] = w[k][1] = w[k][2] = w[k][3] = 0;
-            if (valid && r0 + k < size) {
-              const Storage* at = src + (r0 + k) * N;
-              if constexpr (In::kKeysPerWord == 2) {
-                const uint2 v = __ldg(reinterpret_cast<const uint2*>(at));
-                w[k][0] = v.x;
-                w[k][1] = v.y;
-              } else {
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(at));
-                w[k][0] = v.x;
-                w[k][1] = v.y;
-                w[k][2] = v.z;
-                w[k][3] = v.w;
-              }
-            }
-          }
-#pragma unroll
-          for (int k = 0; k < kVecAhead; ++k) {
-            if (r0 + k < size) {
-              float leaf[kV];
-#pragma unroll
-              for (int e = 0; e < kV; ++e) leaf[e] = In::Element(w[k], e);
-              stack.Leaf(leaf, dbias_walk::EndMerges(size, r0 + k));
-            }
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < kV; ++e) sum[e] = stack.top[e];
-      }
-      *reinterpret_cast<float4*>(&partial[warp][lane * kV]) =
-          make_float4(sum[0], sum[1], sum[2], sum[3]);
-      __syncthreads();
-      if (warp == 0) {
-#pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          float s[kWarps];
-#pragma unroll
-          for (int w = 0; w < kWarps; ++w) s[w] = partial[w][lane * kV + e];
-#pragma unroll
-          for (int width = kWarps; width > 1; width /= 2) {
-#pragma unroll
-            for (int i = 0; i < width / 2; ++i) {
-              s[i] = __fadd_rn(s[2 * i], s[2 * i + 1]);
-            }
-          }
-          if (valid) {
-            out[n + e] = s[0] != s[0] ? __uint_as_float(0x7FC00000u) : s[0];
-          }
-        }
-      }
-      __syncthreads();  // partial is free for the next tile
-    }  // column tiles
-  }  // examples
-}
-
-template <typename In>
-GroupedLaunchStatus LaunchDbiasVec(const DbiasParams& p, dim3 grid,
-                                   cudaStream_t stream) {
-  DbiasVecKernel<In><<<grid, kThreads, 0, stream>>>(p);
-  return CheckLaunch("launching the grouped DbiasVecKernel");
-}
-
-template <typename In>
-GroupedLaunchStatus LaunchDbias(const DbiasParams& p, dim3 grid,
-                                cudaStream_t stream) {
-  DbiasKernel<In><<<grid, kThreads, 0, stream>>>(p);
-  return CheckLaunch("launching the grouped DbiasKernel");
-}
-
-}  // namespace
-
-GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
-                                 const GroupedDbiasBuffers& buffers,
-                                 CUstream_st* stream) {
-  const GroupedView& v = problem.view;
-  if (v.batch == 0 || v.cols == 0) return GroupedLaunchStatus{};
-  // A warp's node has at most ceil(R / 8) rows; its walk keeps at most
-  // ceil(log2(rows)) partial sums.
-  const int64_t slice_rows = grouped::CeilDiv(v.rows, int64_t{kWarps});
-  if (dbias_walk::CeilLog2(slice_rows) > kMaxSliceDepth) {
-    return Unsupported("too many rows (more than 2^35)");
+  if constexpr (kLaneCols * sizeof(Storage) == 16) {
+    asm("{\n"
+        "  .reg .pred live;\n"
+        "  setp.ne.b32 live, %5, 0;\n"
+        "  @live ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        "}"
+        : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3])
+        : "l"(p), "r"(static_cast<int>(live)));
+  } else {
+    static_assert(kLaneCols == 1, "16-byte vectors or single elements");
+    if (!live) return;
+    if constexpr (sizeof(Storage) == 2) {
+      w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
+    } else {
+      w[0] = __float_as_uint(__ldg(reinterpret_cast<const float*>(p)));
+    }
   }
-  DbiasParams p{};
+}
+
+// out = the perfect tree over slots [kLo, kLo + kN), per lane column.
+template <typename In, int kLaneCols, int kLo, int kN>
+__device__ __forceinline__ void SlotTree(const uint32_t (&w)[gdt::kChunkSlots][4],
+                                         float (&out)[kLaneCols]) {
+  if constexpr (kN == 1) {
+#pragma unroll
+    for (int e = 0; e < kLaneCols; ++e) out[e] = In::Element(w[kLo], e);
+  } else {
+    float left[kLaneCols];
+    float right[kLaneCols];
+    SlotTree<In, kLaneCols, kLo, kN / 2>(w, left);
+    SlotTree<In, kLaneCols, kLo + kN / 2, kN / 2>(w, right);
+#pragma unroll
+    for (int e = 0; e < kLaneCols; ++e) out[e] = __fadd_rn(left[e], right[e]);
+  }
+}
+
+// A perfect tree over 8 values, pairwise in index order.
+__device__ __forceinline__ float Sum8(float (&s)[8]) {
+#pragma unroll
+  for (int width = 8; width > 1; width /= 2) {
+#pragma unroll
+    for (int i = 0; i < width / 2; ++i) s[i] = __fadd_rn(s[2 * i], s[2 * i + 1]);
+  }
+  return s[0];
+}
+
+__device__ __forceinline__ float CanonicalNan(float v) {
+  return v != v ? __uint_as_float(0x7FC00000u) : v;
+}
+
+template <typename In, int kLaneCols>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    DbiasTreeKernel(const __grid_constant__ TreeParams p) {
+  using Storage = typename In::Storage;
+  constexpr int kSlab = 32 * kLaneCols;  // columns per CTA
+  static_assert(kSlab <= kThreads, "one thread per column in the combine");
+  // stack[(level * kLaneCols + e) * kThreads + thread]: pending left sums.
+  extern __shared__ float stack[];
+  __shared__ float partial[kWarps][kSlab];
+  __shared__ float cta_sum[kSlab];
+  __shared__ int64_t warp_sums[kWarps];
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int c = p.cluster_levels;
+  const int top = c + gdt::kWarpLevels;
+  const unsigned rank = blockIdx.x & ((1u << c) - 1);
+  const int64_t g = blockIdx.x >> c;
+  const int64_t N = p.cols;
+  float* my_stack = stack + threadIdx.x;
+
+  for (int64_t ex = blockIdx.z; ex < p.batch; ex += gridDim.z) {
+    for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
+      const int64_t slab0 = ct * kSlab;
+      const int slab_cols = static_cast<int>(min(int64_t{kSlab}, N - slab0));
+      const int64_t col0 = slab0 + lane * kLaneCols;
+      const bool valid = col0 < N;  // all kLaneCols columns (N % kLaneCols == 0)
+      int64_t start;
+      int64_t count;
+      GroupSpan(p.group_sizes + ex * p.groups, g, p.rs, warp_sums, &start,
+                &count);
+      float* out = p.dbias + (ex * p.groups + g) * N + slab0;
+      if (count == 0) {  // uniform in the cluster
+        if (rank == 0 && static_cast<int>(threadIdx.x) < slab_cols) {
+          out[threadIdx.x] = 0.0f;
+        }
+        continue;
+      }
+      // This warp's node and its 2^s chunks.
+      int64_t begin;
+      int64_t node_rows;
+      gdt::DescendNode(count, (rank << gdt::kWarpLevels) | warp, top, &begin,
+                       &node_rows);
+      const int s = gdt::WarpChunkLevels(count, top);
+      const Storage* base = static_cast<const Storage*>(p.x) +
+                            (ex * p.rows + start + begin) * N +
+                            (valid ? col0 : 0);
+      float sum[kLaneCols];
+#pragma unroll
+      for (int e = 0; e < kLaneCols; ++e) sum[e] = -0.0f;
+      const uint32_t chunks = 1u << s;
+      for (uint32_t q = 0; q < chunks; ++q) {
+        const int m = gdt::ChunkRows(node_rows, s, q);
+        const int live = valid ? m : 0;
+        uint32_t w[gdt::kChunkSlots][4];
+        const Storage* at = base;
+#pragma unroll
+        for (int j = 0; j < gdt::kChunkSlots; ++j) {
+          const bool occupied = gdt::SlotKey(j) < live;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) w[j][k] = kNegZeroWord<In>;
+          LoadLane<In, kLaneCols>(at, occupied, w[j]);
+          at += occupied ? N : 0;
+        }
+        base += m * N;
+        float v[kLaneCols];
+        SlotTree<In, kLaneCols, 0, gdt::kChunkSlots>(w, v);
+        // Binary counter: merge with the pending left sums this chunk ends.
+        int level = 0;
+        for (uint32_t t = q; (t & 1u) != 0; t >>= 1, ++level) {
+#pragma unroll
+          for (int e = 0; e < kLaneCols; ++e) {
+            v[e] = __fadd_rn(my_stack[(level * kLaneCols + e) * kThreads],
+                             v[e]);
+          }
+        }
+        if (level < s) {
+#pragma unroll
+          for (int e = 0; e < kLaneCols; ++e) {
+            my_stack[(level * kLaneCols + e) * kThreads] = v[e];
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < kLaneCols; ++e) sum[e] = v[e];
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kLaneCols; ++e) {
+        partial[warp][lane * kLaneCols + e] = sum[e];
+      }
+      __syncthreads();
+      float cta = 0.0f;
+      if (threadIdx.x < kSlab) {
+        float s8[kWarps];
+#pragma unroll
+        for (int k = 0; k < kWarps; ++k) s8[k] = partial[k][threadIdx.x];
+        cta = Sum8(s8);
+      }
+      if (c == 0) {
+        if (static_cast<int>(threadIdx.x) < slab_cols) {
+          out[threadIdx.x] = CanonicalNan(cta);
+        }
+        continue;  // GroupSpan's barriers keep `partial` until it is read
+      }
+      // The 2^c CTA sums: rank r finishes columns [r * kSlab / 2^c, ...).
+      cg::cluster_group cluster = cg::this_cluster();
+      if (threadIdx.x < kSlab) cta_sum[threadIdx.x] = cta;
+      cluster.sync();
+      const int share = kSlab >> c;
+      if (static_cast<int>(threadIdx.x) < share) {
+        const int col = static_cast<int>(rank) * share + threadIdx.x;
+        float s8[1 << kMaxClusterLevels];
+#pragma unroll
+        for (int r = 0; r < (1 << kMaxClusterLevels); ++r) {
+          // Ranks past 2^c pad the perfect tree over 8 with -0.0.
+          s8[r] = r < (1 << c) ? cluster.map_shared_rank(cta_sum, r)[col]
+                               : -0.0f;
+        }
+        const float total = Sum8(s8);
+        if (col < slab_cols) out[col] = CanonicalNan(total);
+      }
+      cluster.sync();  // every rank's cta_sum is read before it changes
+    }  // column slabs
+  }  // examples
+}
+
+template <typename In, int kLaneCols>
+GroupedLaunchStatus LaunchTree(const TreeParams& p, int stack_levels,
+                               cudaStream_t stream) {
+  auto* kernel = &DbiasTreeKernel<In, kLaneCols>;
+  const int64_t stack_bytes =
+      int64_t{stack_levels} * kLaneCols * kThreads * int64_t{sizeof(float)};
+  if (stack_bytes > 48 * 1024) {
+    const cudaError_t error =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(stack_bytes));
+    if (error != cudaSuccess) {
+      return Fail(error, "raising the shared memory of DbiasTreeKernel");
+    }
+  }
+  const int64_t cluster = int64_t{1} << p.cluster_levels;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim =
+      dim3(static_cast<unsigned>(p.groups * cluster),
+           static_cast<unsigned>(std::min<int64_t>(p.col_tiles, 65535)),
+           static_cast<unsigned>(std::min<int64_t>(p.batch, 65535)));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(stack_bytes);
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = cluster > 1 ? 1 : 0;
+  return Fail(cudaLaunchKernelEx(&config, kernel, p),
+              "launching the grouped DbiasTreeKernel");
+}
+
+// The cluster size: enough CTAs for about 4 waves of resident CTAs (so that
+// groups of different sizes even out), while an average group still gives
+// each warp a chunk of 16 rows.
+int ClusterLevels(const GroupedView& v, int64_t col_tiles) {
+  const int64_t ctas = v.groups * std::min<int64_t>(col_tiles, 65535) *
+                       std::min<int64_t>(v.batch, 65535);
+  const int64_t target = int64_t{SmCount()} * kBlocksPerSm * 4;
+  const int64_t group_rows = v.rows / std::max<int64_t>(v.groups, 1);
+  int c = 0;
+  while (c < kMaxClusterLevels && (ctas << c) < target &&
+         (group_rows >> (c + 1 + gdt::kWarpLevels)) >= gdt::kChunkSlots) {
+    ++c;
+  }
+  return c;
+}
+
+template <typename In>
+GroupedLaunchStatus LaunchForType(const GroupedView& v,
+                                  const GroupedDbiasBuffers& buffers,
+                                  cudaStream_t stream) {
+  constexpr int kVec = In::kVec;  // elements per 16 bytes
+  TreeParams p{};
   p.x = buffers.x;
   p.group_sizes = buffers.group_sizes;
   p.dbias = buffers.dbias;
@@ -307,42 +319,43 @@ GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
   p.cols = v.cols;
   p.groups = v.groups;
   p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
-  p.col_tiles = grouped::CeilDiv(v.cols, int64_t{kCols});
-  if (v.groups > int64_t{0x7FFFFFFF}) {
-    return Unsupported("too many groups (2^31 or more)");
-  }
-  const bool vec =
-      v.cols % kV == 0 &&
+  // 16-byte lanes when every row is a run of aligned 16-byte vectors.
+  p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32 * kVec});
+  p.cluster_levels = ClusterLevels(v, p.col_tiles);
+  int levels = gdt::MaxWarpChunkLevels(
+      v.rows, p.cluster_levels + gdt::kWarpLevels);
+  if (v.cols % kVec == 0 &&
       reinterpret_cast<uintptr_t>(buffers.x) % 16 == 0 &&
-      dbias_walk::CeilLog2(slice_rows) <= kVecMaxDepth;
-  if (vec) {
-    DbiasParams q = p;
-    q.col_tiles = grouped::CeilDiv(v.cols, int64_t{kVecCols});
-    const dim3 grid(
-        static_cast<unsigned>(v.groups),
-        static_cast<unsigned>(std::min<int64_t>(q.col_tiles, 65535)),
-        static_cast<unsigned>(std::min<int64_t>(v.batch, 65535)));
-    switch (v.input_type) {
-      case InputType::kF32:
-        return LaunchDbiasVec<F32In>(q, grid, stream);
-      case InputType::kF16:
-        return LaunchDbiasVec<F16In>(q, grid, stream);
-      case InputType::kBF16:
-        return LaunchDbiasVec<Bf16In>(q, grid, stream);
-    }
-    return Unsupported("unknown input type");
+      int64_t{levels} * kVec * kThreads * 4 <= kMaxStackBytes) {
+    return LaunchTree<In, kVec>(p, levels, stream);
   }
-  // (groups, column tiles, examples); y and z stride beyond 65535.
-  const dim3 grid(static_cast<unsigned>(v.groups),
-                  static_cast<unsigned>(std::min<int64_t>(p.col_tiles, 65535)),
-                  static_cast<unsigned>(std::min<int64_t>(v.batch, 65535)));
+  p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32});
+  p.cluster_levels = ClusterLevels(v, p.col_tiles);
+  levels = gdt::MaxWarpChunkLevels(v.rows,
+                                   p.cluster_levels + gdt::kWarpLevels);
+  if (levels > 30) return Unsupported("too many rows (more than 2^37)");
+  return LaunchTree<In, 1>(p, levels, stream);
+}
+
+}  // namespace
+
+GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
+                                 const GroupedDbiasBuffers& buffers,
+                                 CUstream_st* stream) {
+  const GroupedView& v = problem.view;
+  if (v.batch == 0 || v.cols == 0 || v.groups == 0) {
+    return GroupedLaunchStatus{};
+  }
+  if ((v.groups << kMaxClusterLevels) > int64_t{0x7FFFFFFF}) {
+    return Unsupported("too many groups (2^28 or more)");
+  }
   switch (v.input_type) {
     case InputType::kF32:
-      return LaunchDbias<F32In>(p, grid, stream);
+      return LaunchForType<F32In>(v, buffers, stream);
     case InputType::kF16:
-      return LaunchDbias<F16In>(p, grid, stream);
+      return LaunchForType<F16In>(v, buffers, stream);
     case InputType::kBF16:
-      return LaunchDbias<Bf16In>(p, grid, stream);
+      return LaunchForType<Bf16In>(v, buffers, stream);
   }
   return Unsupported("unknown input type");
 }

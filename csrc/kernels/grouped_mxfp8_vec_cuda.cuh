@@ -12,19 +12,22 @@
 // next item's vectors are fetched with cp.async into the other half of a
 // double buffer while the current one is processed (each thread reads only
 // the slots it fetched itself, so rowwise needs no barrier at all).
-//   rowwise: a block is 32 / kVec consecutive lanes (shuffle max); the data
-//     bytes are stored straight from registers (a warp writes 32 * kVec
-//     contiguous bytes per row); 4 consecutive scale bytes of a row are
-//     contiguous in the swizzled region, so they are gathered by shuffles and
-//     written as one word.
+//   rowwise: a block is 32 / kVec consecutive lanes (shuffle max); 4
+//     consecutive scale bytes of a row are contiguous in the swizzled region,
+//     so they are gathered by shuffles and written as one word.
 //   colwise: column maxima through shared memory as in the dense kernel,
 //     scale bytes to T_g[n, tile] in the group's colwise region.
+//   data: as in the dense kernel, the FP8 bytes of a warp's 4 rows are staged
+//     in the warp's consumed half of the input buffer and written with
+//     16-byte stores (a warp instruction writes 512 contiguous bytes of a
+//     row) when N % 16 == 0 and the data outputs are 16-byte aligned ("wide");
+//     else 8-byte (4 for f32) stores straight from registers.
 // Work items: per example, a warp-level pass over the group sizes gives the
 // group tiles' count T and start_G; items [0, T * col_tiles) are the group
 // tiles, the next ceil((R - start_G) / 32) * col_tiles the tail tiles that
-// zero the rows of no group. A warp finds an item's group with shuffle scans
-// of 32 groups at a time (no block barrier); every warp of the CTA computes
-// the same answer.
+// zero the rows of no group. A CTA's items have nondecreasing units, so a
+// forward-only GroupCursor (the same in every thread) finds an item's group:
+// a compare per item, a few scalar steps per group boundary crossed.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_GROUPED_MXFP8_VEC_CUDA_CUH_
 #define EQX_QUANT_CSRC_KERNELS_GROUPED_MXFP8_VEC_CUDA_CUH_
@@ -62,6 +65,7 @@ struct VecParams {
   int64_t row_scale_bytes;
   int64_t col_scale_bytes;
   uint32_t col_tiles;  // ceil(N / (32 * kVec))
+  bool wide;  // N % 16 == 0 and 16-byte aligned data outputs: staged stores
 };
 
 // Where an item lies (the same in every lane of every warp).
@@ -71,7 +75,7 @@ struct VecTile {
   int64_t col0;        // first column
   int64_t row_region;  // O_g, rowwise
   int64_t col_region;  // O_g, colwise
-  int64_t col_q;       // Q_g of the colwise region
+  uint32_t col_q;      // Q_g of the colwise region (< 2^31 + 4)
   int rows;            // rows of the tile (<= 32), 0: nothing to do
   bool tail;           // zero the rows, no scales
 };
@@ -86,22 +90,17 @@ __device__ __forceinline__ int64_t WarpInclusive(int64_t v) {
   return v;
 }
 
-// The group tile number `unit` of an example (counted group after group), or
-// with *found = false: *total_tiles = T and *end = start_G.
-template <bool kRow, bool kCol>
-__device__ __forceinline__ bool WarpLocate(const int32_t* sizes, int64_t G,
-                                           const RowSpec& rs, int64_t N,
-                                           int64_t unit, VecTile* out,
+// The group tiles of an example, T (*total_tiles), and start_G (*end): a
+// warp-level pass over the group sizes, 32 at a time (every warp computes
+// the same).
+__device__ __forceinline__ void WarpTotals(const int32_t* sizes, int64_t G,
+                                           const RowSpec& rs,
                                            int64_t* total_tiles,
                                            int64_t* end) {
-  using grouped::GroupScaleRegion;
-  using grouped::ScalePart;
   const int lane = threadIdx.x % 32;
   const int64_t R = rs.rows;
   int64_t carry_rows = 0;
   int64_t carry_tiles = 0;
-  int64_t carry_rb = 0;
-  int64_t carry_cb = 0;
   for (int64_t base = 0; base < G; base += 32) {
     const int64_t g = base + lane;
     const int64_t term = g < G ? ClampedRows(__ldg(sizes + g), rs) : 0;
@@ -109,46 +108,50 @@ __device__ __forceinline__ bool WarpLocate(const int32_t* sizes, int64_t G,
     const int64_t start = min(R, carry_rows + incl - term);
     const int64_t count = min(R, carry_rows + incl) - start;
     carry_rows = min(R, carry_rows + __shfl_sync(0xFFFFFFFFu, incl, 31));
-    const int64_t tiles = (count + kBlock - 1) / kBlock;
-    const int64_t tincl = WarpInclusive(tiles);
-    const int64_t first = carry_tiles + tincl - tiles;
+    const int64_t tincl = WarpInclusive((count + kBlock - 1) / kBlock);
     carry_tiles += __shfl_sync(0xFFFFFFFFu, tincl, 31);
-    int64_t rb = 0;
-    int64_t cb = 0;
-    if constexpr (kRow) {
-      const int64_t bytes =
-          GroupScaleRegion(ScalePart::kRowwise, count, N, kBlock).bytes();
-      const int64_t incl_b = WarpInclusive(bytes);
-      rb = carry_rb + incl_b - bytes;
-      carry_rb += __shfl_sync(0xFFFFFFFFu, incl_b, 31);
-    }
-    if constexpr (kCol) {
-      const int64_t bytes =
-          GroupScaleRegion(ScalePart::kColwise, count, N, kBlock).bytes();
-      const int64_t incl_b = WarpInclusive(bytes);
-      cb = carry_cb + incl_b - bytes;
-      carry_cb += __shfl_sync(0xFFFFFFFFu, incl_b, 31);
-    }
-    const bool hit = g < G && unit >= first && unit < first + tiles;
-    const unsigned mask = __ballot_sync(0xFFFFFFFFu, hit);
-    if (mask != 0) {
-      const int src = __ffs(mask) - 1;
-      const int64_t s = __shfl_sync(0xFFFFFFFFu, start, src);
-      const int64_t c = __shfl_sync(0xFFFFFFFFu, count, src);
-      const int64_t f = __shfl_sync(0xFFFFFFFFu, first, src);
-      out->local0 = (unit - f) * kBlock;
-      out->row0 = s + out->local0;
-      out->rows = static_cast<int>(min(int64_t{kBlock}, c - out->local0));
-      out->row_region = __shfl_sync(0xFFFFFFFFu, rb, src);
-      out->col_region = __shfl_sync(0xFFFFFFFFu, cb, src);
-      out->col_q = grouped::PadTo((c + kBlock - 1) / kBlock, 4);
-      out->tail = false;
-      return true;
-    }
   }
   *total_tiles = carry_tiles;
   *end = carry_rows;
-  return false;
+}
+
+// The group of the tiles a CTA meets next. A CTA's items have
+// nondecreasing units (item = unit * col_tiles + column tile, items in a
+// grid-stride loop), so the group of an item is found by moving forward from
+// the last one, group by group, carrying the prefix sums (rows, tiles, scale
+// region bytes) in int64: a compare per item, a few scalar steps per group
+// crossed, the next group's size loaded one step ahead. Every thread keeps
+// the same cursor (no shuffles, no barrier).
+struct GroupCursor {
+  int32_t g = -1;          // the group, -1 before the first (G < 2^31)
+  int64_t start = 0;       // its first row
+  int64_t count = 0;       // its rows
+  int64_t first = 0;       // its first tile (unit)
+  int64_t row_region = 0;  // O_g, rowwise
+  int64_t col_region = 0;  // O_g, colwise
+  int32_t next_size = 0;   // group_sizes[g + 1] (0 past the last)
+};
+
+template <bool kRow, bool kCol>
+__device__ __forceinline__ void CursorAdvance(GroupCursor& c,
+                                              const int32_t* sizes, int64_t G,
+                                              const RowSpec& rs, int64_t N) {
+  using grouped::GroupScaleRegion;
+  using grouped::ScalePart;
+  if constexpr (kRow) {
+    c.row_region +=
+        GroupScaleRegion(ScalePart::kRowwise, c.count, N, kBlock).bytes();
+  }
+  if constexpr (kCol) {
+    c.col_region +=
+        GroupScaleRegion(ScalePart::kColwise, c.count, N, kBlock).bytes();
+  }
+  const int64_t end = c.start + c.count;  // <= R
+  c.first += (c.count + kBlock - 1) / kBlock;
+  c.g += 1;
+  c.start = end;
+  c.count = min(rs.rows, end + ClampedRows(c.next_size, rs)) - end;
+  c.next_size = c.g + 1 < G ? __ldg(sizes + c.g + 1) : 0;  // g + 1 < 2^31
 }
 
 template <bool kRow, bool kCol>
@@ -162,6 +165,9 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
   constexpr int kTileCols = 32 * kVec;
   constexpr int kLanesPerBlock = kBlock / kVec;
   constexpr int kOutWords = kVec / 4;
+  constexpr int kStageBytes = kRowsPerThread * kTileCols;  // per warp
+  static_assert(kStageBytes <= kRowsPerThread * 32 * 16, "stage fits");
+  static_assert(kStageBytes % 512 == 0, "whole warp stores");
   __shared__ __align__(16) uint32_t buf[2][kWarps][kRowsPerThread][32][4];
   __shared__ __align__(16) uint32_t part[kCol ? kWarps : 1][32 * 4];
   __shared__ __align__(16) float factors[kCol ? kTileCols : 4];
@@ -180,24 +186,31 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
     uint8_t* const col_out = kCol ? p.col + ex * R * N : nullptr;
     int64_t group_tiles = 0;
     int64_t end = 0;
-    {
-      VecTile unused;
-      WarpLocate<kRow, kCol>(sizes, p.groups, p.rs, N, int64_t{1} << 62,
-                             &unused, &group_tiles, &end);
-    }
+    WarpTotals(sizes, p.groups, p.rs, &group_tiles, &end);
     // < 2^31 (checked on the host): 32-bit divisions, no calls.
     const uint32_t units =
         static_cast<uint32_t>(group_tiles + (R - end + kBlock - 1) / kBlock);
     const uint32_t items = units * p.col_tiles;
 
+    GroupCursor cursor;
+    cursor.next_size = p.groups > 0 ? __ldg(sizes) : 0;
     auto locate = [&](uint32_t item) {
       const uint32_t unit = item / p.col_tiles;
       VecTile t;
       t.col0 = int64_t{item - unit * p.col_tiles} * kTileCols;
-      int64_t tt;
-      int64_t e;
-      if (!WarpLocate<kRow, kCol>(sizes, p.groups, p.rs, N, unit, &t, &tt,
-                                  &e)) {
+      if (unit < group_tiles) {
+        while (unit >= cursor.first + (cursor.count + kBlock - 1) / kBlock) {
+          CursorAdvance<kRow, kCol>(cursor, sizes, p.groups, p.rs, N);
+        }
+        t.local0 = (unit - cursor.first) * kBlock;
+        t.row0 = cursor.start + t.local0;
+        t.rows = static_cast<int>(min(int64_t{kBlock}, cursor.count - t.local0));
+        t.row_region = cursor.row_region;
+        t.col_region = cursor.col_region;
+        t.col_q = static_cast<uint32_t>(
+            grouped::PadTo((cursor.count + kBlock - 1) / kBlock, 4));
+        t.tail = false;
+      } else {
         t.row0 = end + (unit - group_tiles) * kBlock;
         t.local0 = 0;
         t.rows = static_cast<int>(min(int64_t{kBlock}, R - t.row0));
@@ -266,7 +279,19 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
         w[u][3] = v.w;
       }
 
+      __syncwarp();  // the warp's slots are read: they become its stage
+      uint8_t* const stage = reinterpret_cast<uint8_t*>(buf[cur][warp]);
+      // One row of FP8 bytes: staged (wide), or stored from registers.
       auto store = [&](uint8_t* out, int u, const uint32_t (&q)[kOutWords]) {
+        if (p.wide) {
+          uint8_t* slot = stage + u * kTileCols + lane * kVec;
+          if constexpr (kOutWords == 2) {
+            *reinterpret_cast<uint2*>(slot) = make_uint2(q[0], q[1]);
+          } else {
+            *reinterpret_cast<uint32_t*>(slot) = q[0];
+          }
+          return;
+        }
         const int r = warp + kWarps * u;
         if (r < t.rows && col_ok) {
           uint8_t* dst = out + (t.row0 + r) * N + my_col;
@@ -276,6 +301,23 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
             *reinterpret_cast<uint32_t*>(dst) = q[0];
           }
         }
+      };
+      // The staged rows -> 16-byte stores (a warp instruction writes 512
+      // contiguous bytes of a row, or 4 rows of 128 bytes for f32).
+      auto flush = [&](uint8_t* out) {
+        if (!p.wide) return;
+        __syncwarp();
+#pragma unroll
+        for (int chunk = 0; chunk < kStageBytes / 512; ++chunk) {
+          const int byte = chunk * 512 + lane * 16;
+          const int r = warp + kWarps * (byte / kTileCols);
+          const int64_t col = t.col0 + byte % kTileCols;
+          if (r < t.rows && col < N) {
+            *reinterpret_cast<uint4*>(out + (t.row0 + r) * N + col) =
+                *reinterpret_cast<const uint4*>(stage + byte);
+          }
+        }
+        __syncwarp();
       };
 
       if constexpr (kCol) {
@@ -324,6 +366,7 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
                 scales + grouped::SwizzleOffset(i, blk, row_q)) = word;
           }
         }
+        flush(row_out);
       }
 
       if constexpr (kCol) {
@@ -363,6 +406,7 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
           mxfp8::QuantizeVector<In, kFormat, false>(w[u], f, q);
           store(col_out, u, q);
         }
+        flush(col_out);
       }
     }  // items
     // Drain before the next example reuses the buffers.

@@ -409,7 +409,9 @@ GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
       (grouped::WorstCaseUnits(v.rows, v.groups, kTileRows) +
        grouped::CeilDiv(v.rows, int64_t{kTileRows})) *
       col_tiles;
-  if (max_items >= int64_t{0x7FFFFFFF}) return GroupedLaunchStatus{};
+  if (max_items >= int64_t{0x7FFFFFFF} || v.groups >= int64_t{0x7FFFFFFF}) {
+    return GroupedLaunchStatus{};
+  }
   // The examples run one after another: a batch of small problems is left to
   // TileKernel (one CTA per tile of every example at once).
   if (v.batch > 1 && max_items < 1024) return GroupedLaunchStatus{};
@@ -428,6 +430,9 @@ GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
   p.row_scale_bytes = problem.row_scale_bytes;
   p.col_scale_bytes = problem.col_scale_bytes;
   p.col_tiles = static_cast<uint32_t>(col_tiles);
+  p.wide = v.cols % 16 == 0 &&
+           (!problem.rowwise || aligned(buffers.row, 16)) &&
+           (!problem.colwise || aligned(buffers.col, 16));
   const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
   constexpr auto kE4 = Fp8Format::kE4M3Fn;
   constexpr auto kE5 = Fp8Format::kE5M2;

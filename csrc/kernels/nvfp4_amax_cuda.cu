@@ -15,7 +15,11 @@
 //   2. AmaxKernel (no RHT) or RhtAmaxKernel, launched with programmatic
 //      dependent launch so that it overlaps (1); a CTA waits for (1)
 //      (griddepcontrol.wait) only right before its atomics.
-//      EQX_QUANT_CUDA_PDL=0 turns this off.
+//      EQX_QUANT_CUDA_PDL=0 turns this off. Both kernels let their own
+//      dependents launch at once: the quantize kernels of
+//      nvfp4_quantize_cuda.cu / nvfp4_tile_cuda.cu are launched the same way
+//      and wait (griddepcontrol.wait: for this grid's completion and memory
+//      flush) before they read the amax, so their launch overlaps this one.
 //        * AmaxKernel: per example (grid y) a flat grid-stride stream of
 //          16-byte loads (4 in flight per thread); the few elements before
 //          the first 16-byte boundary and after the last are scalar.
@@ -34,8 +38,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
@@ -87,12 +89,12 @@ __device__ __forceinline__ uint32_t BlockMax(uint32_t key, uint32_t* scratch) {
   return key;
 }
 
-// target = max(target, key) for non-negative float patterns, after (1).
+// target = max(target, key) for non-negative float patterns, after (1). Every
+// CTA waits for (1), so this grid completes after (1) and a kernel that waits
+// for this grid also sees (1)'s zeros.
 __device__ __forceinline__ void Publish(float* target, uint32_t key) {
-  if (key != 0) {
-    WaitForPrerequisiteGrids();
-    atomicMax(reinterpret_cast<unsigned int*>(target), key);
-  }
+  WaitForPrerequisiteGrids();
+  if (key != 0) atomicMax(reinterpret_cast<unsigned int*>(target), key);
 }
 
 template <typename In>
@@ -101,6 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   using Storage = typename In::Storage;
   constexpr int kVec = In::kVec;
   __shared__ uint32_t scratch[kWarps];
+  AllowDependentGrids();  // the quantize kernel waits for our completion
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     const Storage* x = static_cast<const Storage*>(p.x) + ex * p.elements;
     // Elements before the first 16-byte boundary (all of them if x is not
@@ -156,6 +159,7 @@ __global__ void __launch_bounds__(kThreads)
   using Storage = typename In::Storage;
   constexpr int kCols = kVector ? In::kVec : 1;
   __shared__ uint32_t scratch[kWarps];
+  AllowDependentGrids();  // the quantize kernel waits for our completion
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     const Storage* x = static_cast<const Storage*>(p.x) + ex * p.elements;
     float m = 0.0f;
@@ -215,37 +219,6 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------
 // Host side.
 
-// EQX_QUANT_CUDA_PDL=0 launches the main kernel without programmatic
-// dependent launch (plain stream order).
-bool UsePdl() {
-  static const bool use = [] {
-    const char* value = std::getenv("EQX_QUANT_CUDA_PDL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return use;
-}
-
-template <typename Kernel>
-Nvfp4LaunchStatus LaunchMain(Kernel kernel, dim3 grid, cudaStream_t stream,
-                             const AmaxParams& params, const char* what) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = UsePdl() ? 1 : 0;
-  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, params);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    return Nvfp4LaunchStatus{false, static_cast<int>(error), what};
-  }
-  return CheckLaunch(what);
-}
-
 template <typename In>
 Nvfp4LaunchStatus Run(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
                       cudaStream_t stream) {
@@ -263,7 +236,7 @@ Nvfp4LaunchStatus Run(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
     const int64_t want =
         CeilDiv(p.elements / In::kVec + 1, int64_t{kThreads} * kUnroll);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
-    return LaunchMain(AmaxKernel<In>,
+    return LaunchPdl(AmaxKernel<In>,
                       dim3(GridSize(std::min(want, room)), grid_y), stream, p,
                       "launching AmaxKernel");
   }
@@ -279,14 +252,14 @@ Nvfp4LaunchStatus Run(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
     static const int per_sm =
         ResidentBlocks(RhtAmaxKernel<In, true>, kThreads, 2);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
-    return LaunchMain(RhtAmaxKernel<In, true>,
+    return LaunchPdl(RhtAmaxKernel<In, true>,
                       dim3(GridSize(std::min(want, room)), grid_y), stream, p,
                       "launching RhtAmaxKernel");
   }
   static const int per_sm =
       ResidentBlocks(RhtAmaxKernel<In, false>, kThreads, 2);
   const int64_t room = std::max<int64_t>(1, SmCount() * per_sm * 2 / grid_y);
-  return LaunchMain(RhtAmaxKernel<In, false>,
+  return LaunchPdl(RhtAmaxKernel<In, false>,
                     dim3(GridSize(std::min(want, room)), grid_y), stream, p,
                     "launching RhtAmaxKernel");
 }

@@ -9,7 +9,8 @@
 //
 // Arrays handled in blocks (`blocks` arguments) hold 16 values per block.
 // WriteColumns, the transposed store of the colwise codes, uses SSE2 (the
-// x86-64 baseline) where available.
+// x86-64 baseline) where available. CodeOut stores the codes one per byte or
+// packed two per byte (F4E2M1FN).
 
 #ifndef EQX_QUANT_CSRC_KERNELS_NVFP4_CPU_LOOPS_H_
 #define EQX_QUANT_CSRC_KERNELS_NVFP4_CPU_LOOPS_H_
@@ -219,6 +220,66 @@ inline void WriteColumns(const uint8_t* codes, int64_t codes_stride, int64_t j0,
     }
   }
 }
+
+// codes[0..count) (E2M1 codes, 0..15) to the elements index .. index + count
+// - 1 of a packed F4E2M1FN buffer: element e is nibble e % 2 (0 = low) of
+// base[e / 2]. A byte shared with an element outside the run keeps that
+// element's nibble.
+inline void WritePackedRun(uint8_t* base, int64_t index, const uint8_t* codes,
+                           int64_t count) {
+  if (count <= 0) return;
+  int64_t j = 0;
+  if (index % 2 != 0) {  // the run starts in a high nibble
+    uint8_t& byte = base[index / 2];
+    byte = static_cast<uint8_t>((byte & 0x0Fu) | (codes[0] << 4));
+    j = 1;
+  }
+  uint8_t* __restrict dst = base + (index + j) / 2;
+  const uint8_t* __restrict src = codes + j;
+  const int64_t pairs = (count - j) / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    dst[p] = static_cast<uint8_t>(src[2 * p] | (src[2 * p + 1] << 4));
+  }
+  if ((count - j) % 2 != 0) {  // the run ends in a low nibble
+    uint8_t& byte = dst[pairs];
+    byte = static_cast<uint8_t>((byte & 0xF0u) | src[2 * pairs]);
+  }
+}
+
+// Where the codes of one part of one example go: one byte each from `base`
+// on (packed == false), or packed from element `first` of the F4E2M1FN
+// buffer at `base`. Indices are element indices within the example.
+struct CodeOut {
+  uint8_t* base = nullptr;
+  int64_t first = 0;
+  bool packed = false;
+
+  // codes[0..count) to the elements index .. index + count - 1.
+  void Run(int64_t index, const uint8_t* codes, int64_t count) const {
+    if (packed) {
+      WritePackedRun(base, first + index, codes, count);
+    } else {
+      std::copy(codes, codes + count, base + first + index);
+    }
+  }
+
+  // The transposed write of colwise codes (WriteColumns' arguments; `index`
+  // is the element of position j0's first row, positions `stride` elements
+  // apart).
+  void Columns(const uint8_t* codes, int64_t codes_stride, int64_t j0,
+               int count, int rows, int64_t index, int64_t stride) const {
+    if (!packed) {
+      WriteColumns(codes, codes_stride, j0, count, rows, base + first + index,
+                   stride);
+      return;
+    }
+    uint8_t columns[kB * kB];  // columns[t * kB + i]: position j0 + t, row i
+    WriteColumns(codes, codes_stride, j0, count, rows, columns, kB);
+    for (int t = 0; t < count; ++t) {
+      WritePackedRun(base, first + index + t * stride, columns + t * kB, rows);
+    }
+  }
+};
 
 // A set of the loops above compiled with the function attributes ATTR.
 #define EQXQ_NVFP4_DEFINE_LOOPS(NAME, ATTR)                                    \

@@ -17,6 +17,7 @@ namespace eqx_quant::cpu {
 namespace {
 
 using nvfp4_loops::Bf16Input;
+using nvfp4_loops::CodeOut;
 using nvfp4_loops::F16Input;
 using nvfp4_loops::F32Input;
 using nvfp4_loops::kB;
@@ -176,7 +177,7 @@ class ExampleQuantizer {
       : pr_(pr), a_(a), k_(k), c_(c), l_(l), chunks_(chunks), sr_(sr),
         rht_(rht), s_(s) {}
 
-  void Run(const Storage* x, uint8_t* row, uint8_t* row_scale, uint8_t* col,
+  void Run(const Storage* x, CodeOut row, uint8_t* row_scale, CodeOut col,
            uint8_t* col_scale, float amax, float col_amax, uint32_t key0,
            uint32_t key1) {
     x_ = x;
@@ -260,8 +261,8 @@ class ExampleQuantizer {
       }
       for (int64_t cc = 0; cc < ch.nc; ++cc) {
         const int64_t c = ch.c0 + cc;
-        std::memcpy(row_ + (r * c_ + c) * l_ + ch.l0,
-                    s_.row_codes + cc * ch.nlp, ch.nl);
+        row_.Run((r * c_ + c) * l_ + ch.l0, s_.row_codes + cc * ch.nlp,
+                 ch.nl);
         std::memcpy(row_scale_ + (r * c_ + c) * l_blocks + ch.l0 / kB,
                     sdb + cc * seg_blocks, seg_blocks);
       }
@@ -303,10 +304,8 @@ class ExampleQuantizer {
       const int64_t first_column = ((ch.c0 + cc) * l_ + ch.l0) * a_ + ai;
       for (int64_t jl = 0; jl < ch.nl; jl += kB) {
         const int count = static_cast<int>(std::min<int64_t>(kB, ch.nl - jl));
-        nvfp4_loops::WriteColumns(&s_.codes[0][0], kChunk, cc * ch.nlp + jl,
-                                  count, rows,
-                                  col_ + (first_column + jl * a_) * k_ + k0,
-                                  a_ * k_);
+        col_.Columns(&s_.codes[0][0], kChunk, cc * ch.nlp + jl, count, rows,
+                     (first_column + jl * a_) * k_ + k0, a_ * k_);
       }
       for (int64_t jl = 0; jl < ch.nl; ++jl) {
         col_scale_[(first_column + jl * a_) * k_blocks + k0 / kB] =
@@ -322,9 +321,9 @@ class ExampleQuantizer {
   const RhtMatrix& rht_;
   Scratch& s_;
   const Storage* x_ = nullptr;
-  uint8_t* row_ = nullptr;
+  CodeOut row_;
   uint8_t* row_scale_ = nullptr;
-  uint8_t* col_ = nullptr;
+  CodeOut col_;
   uint8_t* col_scale_ = nullptr;
   Nvfp4TensorScale row_t_{};
   Nvfp4TensorScale col_t_{};
@@ -365,10 +364,11 @@ void QuantizeAll(const Nvfp4QuantizeProblem& pr,
   for (int64_t p = 0; p < v.batch; ++p) {
     const uint32_t key0 = pr.stochastic_rounding ? buf.key[2 * p] : 0;
     const uint32_t key1 = pr.stochastic_rounding ? buf.key[2 * p + 1] : 0;
-    quantizer.Run(x + p * elements,
-                  pr.rowwise ? buf.row + p * elements : nullptr,
-                  pr.rowwise ? buf.row_scale + p * row_scales : nullptr,
-                  pr.colwise ? buf.col + p * elements : nullptr,
+    // Example p's codes are the elements p * elements .. of row / col.
+    const CodeOut row{buf.row, p * elements, pr.packed_codes};
+    const CodeOut col{buf.col, p * elements, pr.packed_codes};
+    quantizer.Run(x + p * elements, row,
+                  pr.rowwise ? buf.row_scale + p * row_scales : nullptr, col,
                   pr.colwise ? buf.col_scale + p * col_scales : nullptr,
                   buf.amax[p], buf.col_amax[p], key0, key1);
   }

@@ -14,17 +14,27 @@
 // `/` in the shared headers are IEEE operations, as on the host.
 //
 // Kernels (256 threads, nothing allocated):
-//   * RowFastKernel: rowwise only (no colwise part, no 2D), L % 16 == 0 and
-//     16-byte aligned buffers. Each example is a flat run of 16-element
-//     blocks; a thread owns one 16-byte vector (8 bf16 / f16, 4 f32), so a
-//     block is 2 (or 4) adjacent lanes and its amax a shuffle. 4 vectors per
-//     thread in flight (lane-contiguous 16-byte loads), codes stored as 8
-//     (4) contiguous bytes per lane (a warp store covers 256 (128) contiguous
-//     bytes; streaming), the encode multipliers of the 128 possible scale
-//     bytes in a shared table. Walks x forwards (the amax kernels walk it
-//     backwards: each pass starts on what the previous one left in L2).
+// Codes are stored packed, as XLA holds F4E2M1FN: flat element e of the
+// output in nibble e % 2 (0 = low) of byte e / 2.
+//
+// Kernels (256 threads, nothing allocated; launched with programmatic
+// dependent launch after the amax kernel, whose completion they wait for
+// before reading the amax):
+//   * RowFastKernel: rowwise only (no colwise part, no 2D), L % 16 == 0,
+//     16-byte aligned buffers and 16-byte (8-byte for f32) aligned examples
+//     in the packed output. Each example is a flat run of 16-element blocks;
+//     a thread owns one 16-byte vector (8 bf16 / f16, 4 f32), so a block is
+//     2 (or 4) adjacent lanes and its amax a shuffle. 4 vectors per thread in
+//     flight (lane-contiguous 16-byte loads); the packed codes of a vector
+//     (4 or 2 bytes) are exchanged in groups of 4 lanes (3 shuffles) so that
+//     each lane stores 4 consecutive vectors, 16 (8) contiguous bytes (a warp
+//     store covers 512 (256) contiguous bytes; streaming). The encode
+//     multipliers of the 128 possible scale bytes are a shared table. Walks x
+//     forwards (the amax kernels walk it backwards: each pass starts on what
+//     the previous one left in L2).
 //   * RowScalarKernel: rowwise only, every other shape: one thread per block,
-//     scalar loads.
+//     scalar loads, 8-byte stores of the packed codes where aligned, nibble
+//     stores (atomic) for a byte shared with a neighbouring block (odd L).
 // No kernel spills (ptxas -warn-spills is on in CMake).
 
 #include <cuda_runtime.h>
@@ -66,15 +76,49 @@ struct RowParams {
 };
 
 
+// v'[k] = v[(k - r) & 3]: a rotation by the lane's r (0..3) with selects, so
+// that the array stays in registers.
+__device__ __forceinline__ void RotateBy(uint32_t (&v)[4], int r) {
+  const uint32_t a0 = r & 1 ? v[3] : v[0];
+  const uint32_t a1 = r & 1 ? v[0] : v[1];
+  const uint32_t a2 = r & 1 ? v[1] : v[2];
+  const uint32_t a3 = r & 1 ? v[2] : v[3];
+  v[0] = r & 2 ? a2 : a0;
+  v[1] = r & 2 ? a3 : a1;
+  v[2] = r & 2 ? a0 : a2;
+  v[3] = r & 2 ? a1 : a3;
+}
+
+// The packed codes of a lane's kRowUnroll (4) vectors, piece[u] (kVec / 2
+// bytes, low bits) for vector base + threadIdx.x + u * kThreads, exchanged in
+// groups of 4 lanes: lane r of a group gets the 4 consecutive vectors of the
+// group's step u = r, out[s] = lane s's piece[r] (a 4 x 4 transpose: 3
+// shuffles, lane r sends piece[(r - i) & 3] to lane (r - i) & 3 at step i).
+__device__ __forceinline__ void GatherPieces(const uint32_t (&piece)[4],
+                                             uint32_t (&out)[4]) {
+  const int lane = threadIdx.x % 32;
+  const int r = lane & 3;
+  uint32_t send[4] = {piece[0], piece[3], piece[2], piece[1]};  // piece[-k]
+  RotateBy(send, r);  // send[i] = piece[(r - i) & 3]
+  out[0] = send[0];
+#pragma unroll
+  for (int i = 1; i < 4; ++i) {  // out[i] = lane (r + i) & 3's piece[r]
+    out[i] = __shfl_sync(0xFFFFFFFFu, send[i], (lane & ~3) | ((r + i) & 3));
+  }
+  RotateBy(out, r);  // out[s] = lane s's piece[r]
+}
+
 template <typename In, bool kSr>
 __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
     RowFastKernel(const __grid_constant__ RowParams p) {
   using Storage = typename In::Storage;
   constexpr int kVec = In::kVec;        // elements per thread vector
   constexpr int kGroup = kB / kVec;     // lanes per block: 2 or 4
+  static_assert(kRowUnroll == 4, "GatherPieces exchanges 4 vectors");
   __shared__ float enc_table[128];
   const int lane = threadIdx.x % 32;
   const int64_t vectors = p.elements / kVec;
+  WaitForPrerequisiteGrids();  // the amax kernel (programmatic launch)
 
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
@@ -88,7 +132,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
     const uint32_t key1 = kSr ? p.key[2 * ex + 1] : 0u;
     const uint4* x = reinterpret_cast<const uint4*>(
         static_cast<const Storage*>(p.x) + ex * p.elements);
-    uint8_t* out = p.row + ex * p.elements;
+    // Packed codes: vector j is the kVec / 2 bytes from out + j * kVec / 2.
+    uint8_t* out = p.row + ex * p.elements / 2;
     uint8_t* scale = p.row_scale + ex * p.blocks;
 
     // Every lane runs every step (out-of-range vectors are zeros whose
@@ -102,6 +147,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         const int64_t j = base + threadIdx.x + u * kThreads;
         raw[u] = j < vectors ? __ldg(x + j) : make_uint4(0, 0, 0, 0);
       }
+      uint32_t piece[kRowUnroll];  // packed codes of vector u
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
         const int64_t j = base + threadIdx.x + u * kThreads;
@@ -139,15 +185,45 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         } else {
           EncodeFast<kVec>(v, enc, q);
         }
-        if (j < vectors) {
-          // Streaming stores: the codes are not read again here, x is.
-          if constexpr (kVec == 8) {
-            __stcs(reinterpret_cast<uint2*>(out + j * kVec),
-                   make_uint2(q[0], q[1]));
-          } else {
-            __stcs(reinterpret_cast<unsigned int*>(out + j * kVec), q[0]);
+        if constexpr (kVec == 8) {
+          piece[u] = PackNibbles8(q[0], q[1]);
+        } else {
+          piece[u] = PackNibbles4(q[0]);
+        }
+        if (j < vectors && lane % kGroup == 0) {
+          scale[j / kGroup] = static_cast<uint8_t>(sdb);
+        }
+      }
+      // Lane r of each 4-lane group stores the group's 4 vectors of step
+      // u = r: 16 (bf16 / f16) or 8 (f32) contiguous bytes, streaming (the
+      // codes are not read again here, x is).
+      uint32_t mine[4];
+      GatherPieces(piece, mine);
+      const int64_t j0 = base + (threadIdx.x & ~3) + (lane & 3) * kThreads;
+      const int64_t valid = min(int64_t{4}, vectors - j0);
+      uint8_t* dst = out + j0 * (kVec / 2);
+      if constexpr (kVec == 8) {
+        if (valid == 4) {
+          __stcs(reinterpret_cast<uint4*>(dst),
+                 make_uint4(mine[0], mine[1], mine[2], mine[3]));
+        } else {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            if (s < valid) __stcs(reinterpret_cast<unsigned int*>(dst) + s, mine[s]);
           }
-          if (lane % kGroup == 0) scale[j / kGroup] = static_cast<uint8_t>(sdb);
+        }
+      } else {
+        const uint32_t lo = mine[0] | (mine[1] << 16);
+        const uint32_t hi = mine[2] | (mine[3] << 16);
+        if (valid == 4) {
+          __stcs(reinterpret_cast<uint2*>(dst), make_uint2(lo, hi));
+        } else {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            if (s < valid) {
+              reinterpret_cast<uint16_t*>(dst)[s] = static_cast<uint16_t>(mine[s]);
+            }
+          }
         }
       }
     }
@@ -159,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
     RowScalarKernel(const __grid_constant__ RowParams p) {
   using Storage = typename In::Storage;
   __shared__ float enc_table[128];
+  WaitForPrerequisiteGrids();  // the amax kernel (programmatic launch)
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
     __syncthreads();  // the previous example's readers are done
@@ -170,7 +247,6 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
     const uint32_t key0 = kSr ? p.key[2 * ex] : 0u;
     const uint32_t key1 = kSr ? p.key[2 * ex + 1] : 0u;
     const Storage* x = static_cast<const Storage*>(p.x) + ex * p.elements;
-    uint8_t* out = p.row + ex * p.elements;
     uint8_t* scale = p.row_scale + ex * p.blocks;
     for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x;
          i < p.blocks; i += int64_t{gridDim.x} * kThreads) {
@@ -202,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
       } else {
         EncodeFast<kB>(v, enc, q);
       }
-      StoreCodes(out + row * p.l + first, q, count);
+      StorePackedCodes(p.row, ex * p.elements + row * p.l + first, q, count);
       scale[i] = static_cast<uint8_t>(sdb);
     }
   }
@@ -231,27 +307,29 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
   p.sr = sr;
   const unsigned grid_y =
       static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
+  // A lane's store of packed codes: 4 vectors of kVec / 2 bytes, aligned in
+  // every example (the examples are elements / 2 bytes apart).
+  const int64_t store_bytes = 2 * In::kVec;
   const bool fast = v.l % kB == 0 && IsAligned(buf.x, 16) &&
-                    IsAligned(buf.row, 16);
+                    IsAligned(buf.row, 16) &&
+                    (v.batch == 1 || (p.elements / 2) % store_bytes == 0);
   if (fast) {
     static const int per_sm = ResidentBlocks(RowFastKernel<In, kSr>, kThreads,
                                              kQuantizeMinBlocks<kSr>);
     const int64_t vectors = p.elements / In::kVec;
     const int64_t want = CeilDiv(vectors, int64_t{kThreads} * kRowUnroll);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
-    RowFastKernel<In, kSr>
-        <<<dim3(GridSize(std::min(want, room)), grid_y), kThreads, 0,
-           stream>>>(p);
-    return CheckLaunch("launching RowFastKernel");
+    return LaunchPdl(RowFastKernel<In, kSr>,
+                     dim3(GridSize(std::min(want, room)), grid_y), stream, p,
+                     "launching RowFastKernel");
   }
   static const int per_sm = ResidentBlocks(RowScalarKernel<In, kSr>, kThreads,
                                            kQuantizeMinBlocks<kSr>);
   const int64_t want = CeilDiv(p.blocks, int64_t{kThreads});
   const int64_t room = std::max<int64_t>(1, SmCount() * per_sm * 2 / grid_y);
-  RowScalarKernel<In, kSr>
-      <<<dim3(GridSize(std::min(want, room)), grid_y), kThreads, 0, stream>>>(
-          p);
-  return CheckLaunch("launching RowScalarKernel");
+  return LaunchPdl(RowScalarKernel<In, kSr>,
+                   dim3(GridSize(std::min(want, room)), grid_y), stream, p,
+                   "launching RowScalarKernel");
 }
 
 // The rowwise-only problems (no colwise part, no 2D).
@@ -273,6 +351,10 @@ Nvfp4LaunchStatus Nvfp4Quantize(const Nvfp4QuantizeProblem& problem,
                                 const Nvfp4QuantizeBuffers& buffers,
                                 CUstream_st* stream) {
   const Nvfp4View& v = problem.view;
+  if (!problem.packed_codes) {
+    return Nvfp4LaunchStatus{
+        false, 0, "the CUDA kernels store packed (F4E2M1FN) codes only"};
+  }
   if (v.batch * v.a * v.k * v.c * v.l == 0) return Nvfp4LaunchStatus{};
   SrLayout sr{};
   if (problem.stochastic_rounding) {

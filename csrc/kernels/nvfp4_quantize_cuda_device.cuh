@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
@@ -163,6 +165,67 @@ __device__ __forceinline__ void StoreCodes(uint8_t* dst, const uint32_t (&q)[4],
   }
 }
 
+// ---------------------------------------------------------------------------
+// Packed E2M1 stores (the F4E2M1FN outputs of eqx_quant_nvfp4_quantize):
+// flat element e of a buffer is nibble e % 2 (0 = low) of byte e / 2.
+
+// The 4 codes of a word (one per byte, each <= 15) as 16 bits, code 0 in the
+// low nibble.
+__device__ __forceinline__ uint32_t PackNibbles4(uint32_t w) {
+  const uint32_t t = w | (w >> 4);  // byte 0: c0 | c1 << 4; byte 2: c2 | c3 << 4
+  return __byte_perm(t, 0u, 0x4420u) & 0xFFFFu;
+}
+
+// The 8 codes of two words as 32 bits, code 0 in the low nibble.
+__device__ __forceinline__ uint32_t PackNibbles8(uint32_t w0, uint32_t w1) {
+  return __byte_perm(w0 | (w0 >> 4), w1 | (w1 >> 4), 0x6420u);
+}
+
+// Nibble `high` of *byte = code, atomically: the other nibble may belong to
+// another thread's run.
+__device__ __forceinline__ void StoreNibble(uint8_t* byte, bool high,
+                                            uint32_t code) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(byte);
+  unsigned int* word = reinterpret_cast<unsigned int*>(address & ~uintptr_t{3});
+  const unsigned shift = static_cast<unsigned>(address & 3u) * 8u + (high ? 4u : 0u);
+  atomicAnd(word, ~(0xFu << shift));
+  atomicOr(word, (code & 0xFu) << shift);
+}
+
+// 16 codes (q: one per byte) to the elements index .. index + count - 1
+// (count <= 16) of the packed buffer `base`: one 8-byte streaming store when
+// the run is whole and its bytes 8-byte aligned; else byte stores, and a
+// nibble store for a byte shared with the neighbouring runs (an odd index
+// or an odd end).
+__device__ __forceinline__ void StorePackedCodes(uint8_t* base, int64_t index,
+                                                 const uint32_t (&q)[4],
+                                                 int count) {
+  const uint32_t lo = PackNibbles8(q[0], q[1]);
+  const uint32_t hi = PackNibbles8(q[2], q[3]);
+  uint8_t* dst = base + (index >> 1);
+  if (count == kB && (index & 1) == 0 &&
+      (reinterpret_cast<uintptr_t>(dst) & 7u) == 0) {
+    __stcs(reinterpret_cast<uint2*>(dst), make_uint2(lo, hi));
+    return;
+  }
+  const uint64_t bits = lo | (static_cast<uint64_t>(hi) << 32);
+  const int s = static_cast<int>(index & 1);  // nibble of code 0 in dst[0]
+#pragma unroll
+  for (int b = 0; b <= kB / 2; ++b) {
+    const int n0 = 2 * b - s;  // the codes of the two nibbles of dst[b]
+    const int n1 = n0 + 1;
+    const bool own0 = n0 >= 0 && n0 < count;
+    const bool own1 = n1 >= 0 && n1 < count;
+    const uint32_t c0 = own0 ? static_cast<uint32_t>(bits >> (4 * n0)) & 0xFu : 0u;
+    const uint32_t c1 = own1 ? static_cast<uint32_t>(bits >> (4 * n1)) & 0xFu : 0u;
+    if (own0 && own1) {
+      dst[b] = static_cast<uint8_t>(c0 | (c1 << 4));
+    } else if (own0 || own1) {
+      StoreNibble(dst + b, own1, own0 ? c0 : c1);
+    }
+  }
+}
+
 // A 16-byte load of read-only data that is not reused (not kept in L1).
 __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
   uint4 r;
@@ -234,6 +297,41 @@ inline Nvfp4LaunchStatus CheckLaunch(const char* what) {
     status.what = what;
   }
   return status;
+}
+
+// EQX_QUANT_CUDA_PDL=0 launches the kernels that support programmatic
+// dependent launch without it (plain stream order).
+inline bool UsePdl() {
+  static const bool use = [] {
+    const char* value = std::getenv("EQX_QUANT_CUDA_PDL");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return use;
+}
+
+// Launch `kernel` (256 threads) with programmatic dependent launch: it may
+// start while the previous kernel on the stream runs, so it must call
+// WaitForPrerequisiteGrids() before it reads what that kernel writes.
+template <typename Kernel, typename Params>
+Nvfp4LaunchStatus LaunchPdl(Kernel kernel, dim3 grid,
+                            cudaStream_t stream, const Params& params,
+                            const char* what) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(256);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = UsePdl() ? 1 : 0;
+  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, params);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return Nvfp4LaunchStatus{false, static_cast<int>(error), what};
+  }
+  return CheckLaunch(what);
 }
 
 // Resident CTAs per SM of `kernel` with `threads` threads (`fallback` if the

@@ -9,6 +9,9 @@
 // not written. The next tile is fetched while the current one is processed
 // (two buffers): cp.async of 16-byte row vectors when L is a multiple of a
 // vector and x is 16-byte aligned, else scalar loads stored to shared memory.
+// Launched with programmatic dependent launch: the first tile is fetched
+// before the wait for the amax kernel. Codes are stored packed (F4E2M1FN:
+// 16 codes = 8 bytes; nibble stores where a run shares a byte).
 // Shared-memory rows are 64 elements + 16 bytes, 16 mod 128 bytes apart, so
 // both the column reads (consecutive lanes, consecutive columns) and the
 // 16-byte row-block reads (consecutive lanes, consecutive rows) are free of
@@ -18,11 +21,11 @@
 //     16 column maxima, a 16-lane shuffle (a warp is 32 columns of one kb),
 //     published in shared memory for the rowwise phase. Colwise: the RHT
 //     butterfly in registers (use_rht), the block scale, the codes, one
-//     16-byte streaming store of 16 consecutive k of the T layout (c, l, a, k)
-//     and one scale byte.
+//     8-byte streaming store of the 16 packed codes of 16 consecutive k of
+//     the T layout (c, l, a, k) and one scale byte.
 //   * Rowwise phase: thread (r, lb) = (t % 64, t / 64) encodes columns
 //     16 lb .. 16 lb + 15 of row r (two or four 16-byte shared loads) and
-//     stores 16 codes and a scale byte.
+//     stores 16 packed codes (8 bytes) and a scale byte.
 // The encode multipliers of the 128 possible scale bytes of the current
 // example are a shared table (the IEEE divisions run once per example).
 // No kernel spills (ptxas -warn-spills is on in CMake).
@@ -174,6 +177,9 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
   uint64_t g = blockIdx.x;
   if (g < p.total_tiles) fetch(g, 0);
   AsyncCommit();
+  // The amax kernel (programmatic launch) has finished from here on; the
+  // first tile of x, which it does not write, is already on its way.
+  WaitForPrerequisiteGrids();
   for (; g < p.total_tiles; g += gridDim.x, cur ^= 1) {
     if (g + gridDim.x < p.total_tiles) fetch(g + gridDim.x, cur ^ 1);
     AsyncCommit();
@@ -251,8 +257,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         } else {
           EncodeFast<kB>(v, enc, q);
         }
-        StoreCodes(p.col + at.col_off + j * p.ak + kb * kB, q,
-                   min(kB, at.rows - kb * kB));
+        StorePackedCodes(p.col, at.col_off + j * p.ak + kb * kB, q,
+                         min(kB, at.rows - kb * kB));
         p.col_scale[at.cs_off + j * p.akb + kb] = static_cast<uint8_t>(sdb);
       }
     }
@@ -296,8 +302,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         } else {
           EncodeFast<kB>(v, enc, q);
         }
-        StoreCodes(p.row + at.x_off + r * p.cl + lb * kB, q,
-                   min(kB, at.cols - lb * kB));
+        StorePackedCodes(p.row, at.x_off + r * p.cl + lb * kB, q,
+                         min(kB, at.cols - lb * kB));
         p.row_scale[at.rs_off + r * p.clb + lb] = static_cast<uint8_t>(sdb);
       }
     }
@@ -348,10 +354,10 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   static const int per_sm = ResidentBlocks(TileKernel<In, kRht, kSr>, kThreads,
                                            kQuantizeMinBlocks<kSr>);
   const uint64_t room = static_cast<uint64_t>(SmCount()) * per_sm;
-  TileKernel<In, kRht, kSr>
-      <<<GridSize(static_cast<int64_t>(std::min(p.total_tiles, room))),
-         kThreads, 0, stream>>>(p);
-  return CheckLaunch("launching TileKernel");
+  return LaunchPdl(
+      TileKernel<In, kRht, kSr>,
+      dim3(GridSize(static_cast<int64_t>(std::min(p.total_tiles, room)))),
+      stream, p, "launching TileKernel");
 }
 
 template <typename In>

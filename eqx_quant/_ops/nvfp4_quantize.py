@@ -4,7 +4,9 @@
   the RHT, `max |RHT_K(x)|`. Under sharding each device reduces its shard and a `pmax` makes
   the result global, so a sharded call uses the unsharded call's amax bit for bit.
 - `eqx_quant_nvfp4_quantize(x, amax, col_amax, key, offset) -> (row, row_scale, col,
-  col_scale)`: E2M1 codes and E4M3 scale bytes (uint8). `offset` is the global position of
+  col_scale)`: `float4_e2m1fn` data (packed two per byte by the kernels: flat element 2i in
+  the low nibble of byte i, 2i+1 in the high nibble) and `float8_e4m3fn` block scales, the
+  `ScaledTensor` dtypes, so no conversion pass follows. `offset` is the global position of
   the local block (zeros unsharded; the partition adds each shard's position) and the inner
   primitive carries the unsharded shape, so the stochastic-rounding bits of every element
   depend only on its global index.
@@ -200,13 +202,23 @@ def _abstract_eval(params, x, amax, col_amax, key, offset):
     nb = params.n_batch
     batch, s = x.shape[:nb], x.shape[nb:]
     row_scale, col, col_scale = nvfp4_shapes(s, params.flatten_axis)
-    u8 = jnp.uint8
-    none = ShapedArray((0,), u8)
+    f4, e4m3 = jnp.float4_e2m1fn, jnp.float8_e4m3fn
     return (
-        ShapedArray(x.shape, u8) if params.rowwise else none,
-        ShapedArray(batch + row_scale, u8) if params.rowwise else none,
-        ShapedArray(batch + col, u8) if params.colwise else none,
-        ShapedArray(batch + col_scale, u8) if params.colwise else none,
+        ShapedArray(x.shape if params.rowwise else (0,), f4),
+        ShapedArray(batch + row_scale if params.rowwise else (0,), e4m3),
+        ShapedArray(batch + col if params.colwise else (0,), f4),
+        ShapedArray(batch + col_scale if params.colwise else (0,), e4m3),
+    )
+
+
+def _final_dtypes(row, row_scale, col, col_scale):
+    """uint8 E2M1 codes / E4M3 bytes of `_blocks.nvfp4_quantize` -> the op's dtypes."""
+    e4m3 = lambda u: lax.bitcast_convert_type(u, jnp.float8_e4m3fn)  # noqa: E731
+    return (
+        _nvfp4.e2m1_from_codes(row),
+        e4m3(row_scale),
+        _nvfp4.e2m1_from_codes(col),
+        e4m3(col_scale),
     )
 
 
@@ -232,12 +244,12 @@ def _reference(params, x, amax, col_amax, key, offset):
         )
 
     if nb == 0:
-        return one(x, amax, col_amax, key)
+        return _final_dtypes(*one(x, amax, col_amax, key))
     flat = lambda a, tail: a.reshape((-1,) + tail)  # noqa: E731
     s = x.shape[nb:]
     outs = jax.vmap(one)(flat(x, s), flat(amax, (1,)), flat(col_amax, (1,)), flat(key, (2,)))
     avals = _abstract_eval(params, x, amax, col_amax, key, offset)
-    return tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+    return _final_dtypes(*(o.reshape(a.shape) for o, a in zip(outs, avals)))
 
 
 def _batch(params, args, dims):
