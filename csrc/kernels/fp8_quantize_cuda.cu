@@ -39,6 +39,10 @@
 //          CurrentCastKernel (fp8_current_cuda.cu), one cooperative launch
 //          after (1): amax, grid-wide sync, scale, cast, keeping part of x in
 //          shared memory and re-reading the rest in reverse order (L2 hits);
+//        * with dbias over one reduced axis: the dbias node sums and the
+//          amax in one pass (LaunchColumnTreeSums: the grouped dbias kernel
+//          over equal chunks of rows), then the main kernel of (2) without
+//          dbias, which derives the scale from the finished amax;
 //        * otherwise the amax kernel (CastRowwiseKernel without the cast),
 //          then the main kernel of (2), which waits for it, derives the scale
 //          from the finished amax and writes scale_inv.
@@ -51,6 +55,7 @@
 
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
+#include "kernels/column_tree_sums_cuda.h"
 #include "kernels/fp8_quantize_cuda.h"
 #include "kernels/fp8_quantize_cuda_device.cuh"
 #include "kernels/fp8_quantize_cuda_launch.h"
@@ -216,6 +221,40 @@ LaunchStatus LaunchCast(const Fp8QuantizeProblem& problem,
 }
 
 // ---------------------------------------------------------------------------
+// 2c. Current scaling with dbias over one reduced axis: the dbias node sums
+// (equal chunks of rows: dbias_split divides the axis) and the amax in one
+// pass (kernels/column_tree_sums_cuda.h), then the cast without dbias.
+
+bool TreeSumsApply(const Fp8QuantizeProblem& problem) {
+  int64_t long_axes = 0;
+  for (int64_t d : problem.dbias_reduced_dims) long_axes += d > 1 ? 1 : 0;
+  return problem.scale_from_amax && problem.with_dbias &&
+         (problem.rowwise || problem.colwise) && problem.dbias_kept_rows == 1 &&
+         long_axes <= 1 && problem.rows > 0 && problem.cols > 0 &&
+         problem.dbias_split > 0 && problem.rows % problem.dbias_split == 0;
+}
+
+LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
+                            const Fp8QuantizeBuffers& buffers,
+                            cudaStream_t stream) {
+  ColumnTreeSums sums;
+  sums.x = buffers.x;
+  sums.input_type = problem.input_type;
+  sums.batch = problem.batch;
+  sums.rows = problem.rows;
+  sums.cols = problem.cols;
+  sums.nodes = problem.dbias_split;
+  sums.sums = buffers.dbias;
+  sums.amax = buffers.amax;
+  const GroupedLaunchStatus status = LaunchColumnTreeSums(sums, stream);
+  if (status.ok) return LaunchStatus{};
+  if (status.cuda_error != 0) {
+    return Failed(static_cast<cudaError_t>(status.cuda_error), status.what);
+  }
+  return Invalid(status.what);
+}
+
+// ---------------------------------------------------------------------------
 // Self-test of the hardware convert against fp8_format.h.
 
 __global__ void Fp8ConvertSelfTestKernel(unsigned long long* mismatches,
@@ -271,6 +310,17 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
   return DispatchTypes(problem, [&](auto input, auto format) {
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
+    if (TreeSumsApply(problem)) {
+      const LaunchStatus sums = LaunchTreeSums(problem, buffers, stream);
+      if (!sums.ok) return sums;
+      Fp8QuantizeProblem cast = problem;  // the cast after the amax is known
+      cast.with_dbias = false;
+      if (TransposeApplies(cast, buffers)) {
+        return LaunchTranspose(cast, buffers, stream, sms);
+      }
+      if (cast.colwise) return LaunchWalk(cast, buffers, stream, sms);
+      return LaunchCast<In, kFormat, true>(cast, buffers, stream, sms);
+    }
     if (problem.scale_from_amax && elements > 0) {
       const LaunchStatus amax =
           LaunchCast<In, kFormat, false>(problem, buffers, stream, sms);

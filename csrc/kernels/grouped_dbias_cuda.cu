@@ -22,6 +22,11 @@
 // through distributed shared memory (rank r finishing 1/2^c of the slab's
 // columns). No row is read twice, no bookkeeping runs per row, and every
 // group gets 2^c x 8 warps whatever its size.
+//
+// The same kernel serves the dense FP8 dbias with current scaling
+// (LaunchColumnTreeSums, kernels/column_tree_sums_cuda.h): no group sizes,
+// `groups` equal chunks of rows (the dbias tree's nodes at one depth), and
+// each example's amax max |x| published with one atomicMax per CTA.
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -33,6 +38,7 @@
 #include "common/grouped_problem.h"
 #include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_dbias_tree_cuda.cuh"
+#include "kernels/column_tree_sums_cuda.h"
 #include "kernels/grouped_quantize_cuda.h"
 #include "kernels/grouped_quantize_cuda_device.cuh"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"  // input types
@@ -56,7 +62,8 @@ constexpr int64_t kMaxStackBytes = 96 * 1024;
 
 struct TreeParams {
   const void* x;
-  const int32_t* group_sizes;
+  const int32_t* group_sizes;  // null: `groups` chunks of rows / groups rows
+  float* amax;                 // null, or per example (zeroed before)
   float* dbias;  // batch x G x N
   int64_t batch;
   int64_t rows;  // R
@@ -98,18 +105,22 @@ __device__ __forceinline__ void LoadLane(const typename In::Storage* p,
   }
 }
 
-// out = the perfect tree over slots [kLo, kLo + kN), per lane column.
+// out = the perfect tree over slots [kLo, kLo + kN), per lane column; amax
+// = max(amax, |leaf|) over the leaves (NaN ignored; an empty slot is 0).
 template <typename In, int kLaneCols, int kLo, int kN>
 __device__ __forceinline__ void SlotTree(const uint32_t (&w)[gdt::kChunkSlots][4],
-                                         float (&out)[kLaneCols]) {
+                                         float (&out)[kLaneCols], float& amax) {
   if constexpr (kN == 1) {
 #pragma unroll
-    for (int e = 0; e < kLaneCols; ++e) out[e] = In::Element(w[kLo], e);
+    for (int e = 0; e < kLaneCols; ++e) {
+      out[e] = In::Element(w[kLo], e);
+      amax = fmaxf(amax, fabsf(out[e]));
+    }
   } else {
     float left[kLaneCols];
     float right[kLaneCols];
-    SlotTree<In, kLaneCols, kLo, kN / 2>(w, left);
-    SlotTree<In, kLaneCols, kLo + kN / 2, kN / 2>(w, right);
+    SlotTree<In, kLaneCols, kLo, kN / 2>(w, left, amax);
+    SlotTree<In, kLaneCols, kLo + kN / 2, kN / 2>(w, right, amax);
 #pragma unroll
     for (int e = 0; e < kLaneCols; ++e) out[e] = __fadd_rn(left[e], right[e]);
   }
@@ -140,6 +151,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   __shared__ float partial[kWarps][kSlab];
   __shared__ float cta_sum[kSlab];
   __shared__ int64_t warp_sums[kWarps];
+  __shared__ float warp_max[kWarps];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -151,6 +163,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   float* my_stack = stack + threadIdx.x;
 
   for (int64_t ex = blockIdx.z; ex < p.batch; ex += gridDim.z) {
+    float amax = 0.0f;  // of the rows this CTA reads (published with p.amax)
     for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
       const int64_t slab0 = ct * kSlab;
       const int slab_cols = static_cast<int>(min(int64_t{kSlab}, N - slab0));
@@ -158,8 +171,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       const bool valid = col0 < N;  // all kLaneCols columns (N % kLaneCols == 0)
       int64_t start;
       int64_t count;
-      GroupSpan(p.group_sizes + ex * p.groups, g, p.rs, warp_sums, &start,
-                &count);
+      if (p.group_sizes != nullptr) {
+        GroupSpan(p.group_sizes + ex * p.groups, g, p.rs, warp_sums, &start,
+                  &count);
+      } else {
+        __syncthreads();  // `partial` of the previous slab has been read
+        count = p.rows / p.groups;
+        start = g * count;
+      }
       float* out = p.dbias + (ex * p.groups + g) * N + slab0;
       if (count == 0) {  // uniform in the cluster
         if (rank == 0 && static_cast<int>(threadIdx.x) < slab_cols) {
@@ -195,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         }
         base += m * N;
         float v[kLaneCols];
-        SlotTree<In, kLaneCols, 0, gdt::kChunkSlots>(w, v);
+        SlotTree<In, kLaneCols, 0, gdt::kChunkSlots>(w, v, amax);
         // Binary counter: merge with the pending left sums this chunk ends.
         int level = 0;
         for (uint32_t t = q; (t & 1u) != 0; t >>= 1, ++level) {
@@ -252,6 +271,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
       cluster.sync();  // every rank's cta_sum is read before it changes
     }  // column slabs
+    if (p.amax != nullptr) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+      }
+      if (lane == 0) warp_max[warp] = amax;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+#pragma unroll
+        for (int k = 1; k < kWarps; ++k) amax = fmaxf(amax, warp_max[k]);
+        // Non-negative floats order like their bits; NaN was ignored.
+        if (amax > 0.0f) {
+          atomicMax(reinterpret_cast<unsigned int*>(p.amax + ex),
+                    __float_as_uint(amax));
+        }
+      }
+      __syncthreads();  // warp_max is reused by the next example
+    }
   }  // examples
 }
 
@@ -308,11 +345,12 @@ int ClusterLevels(const GroupedView& v, int64_t col_tiles) {
 template <typename In>
 GroupedLaunchStatus LaunchForType(const GroupedView& v,
                                   const GroupedDbiasBuffers& buffers,
-                                  cudaStream_t stream) {
+                                  float* amax, cudaStream_t stream) {
   constexpr int kVec = In::kVec;  // elements per 16 bytes
   TreeParams p{};
   p.x = buffers.x;
   p.group_sizes = buffers.group_sizes;
+  p.amax = amax;
   p.dbias = buffers.dbias;
   p.batch = v.batch;
   p.rows = v.rows;
@@ -322,8 +360,11 @@ GroupedLaunchStatus LaunchForType(const GroupedView& v,
   // 16-byte lanes when every row is a run of aligned 16-byte vectors.
   p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32 * kVec});
   p.cluster_levels = ClusterLevels(v, p.col_tiles);
+  // The largest group: any up to R rows, or the equal chunks.
+  const int64_t longest =
+      buffers.group_sizes != nullptr ? v.rows : v.rows / v.groups;
   int levels = gdt::MaxWarpChunkLevels(
-      v.rows, p.cluster_levels + gdt::kWarpLevels);
+      longest, p.cluster_levels + gdt::kWarpLevels);
   if (v.cols % kVec == 0 &&
       reinterpret_cast<uintptr_t>(buffers.x) % 16 == 0 &&
       int64_t{levels} * kVec * kThreads * 4 <= kMaxStackBytes) {
@@ -331,18 +372,15 @@ GroupedLaunchStatus LaunchForType(const GroupedView& v,
   }
   p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32});
   p.cluster_levels = ClusterLevels(v, p.col_tiles);
-  levels = gdt::MaxWarpChunkLevels(v.rows,
+  levels = gdt::MaxWarpChunkLevels(longest,
                                    p.cluster_levels + gdt::kWarpLevels);
   if (levels > 30) return Unsupported("too many rows (more than 2^37)");
   return LaunchTree<In, 1>(p, levels, stream);
 }
 
-}  // namespace
-
-GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
-                                 const GroupedDbiasBuffers& buffers,
-                                 CUstream_st* stream) {
-  const GroupedView& v = problem.view;
+GroupedLaunchStatus LaunchTreeSums(const GroupedView& v,
+                                   const GroupedDbiasBuffers& buffers,
+                                   float* amax, cudaStream_t stream) {
   if (v.batch == 0 || v.cols == 0 || v.groups == 0) {
     return GroupedLaunchStatus{};
   }
@@ -351,13 +389,38 @@ GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
   }
   switch (v.input_type) {
     case InputType::kF32:
-      return LaunchForType<F32In>(v, buffers, stream);
+      return LaunchForType<F32In>(v, buffers, amax, stream);
     case InputType::kF16:
-      return LaunchForType<F16In>(v, buffers, stream);
+      return LaunchForType<F16In>(v, buffers, amax, stream);
     case InputType::kBF16:
-      return LaunchForType<Bf16In>(v, buffers, stream);
+      return LaunchForType<Bf16In>(v, buffers, amax, stream);
   }
   return Unsupported("unknown input type");
+}
+
+}  // namespace
+
+GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
+                                 const GroupedDbiasBuffers& buffers,
+                                 CUstream_st* stream) {
+  return LaunchTreeSums(problem.view, buffers, nullptr, stream);
+}
+
+GroupedLaunchStatus LaunchColumnTreeSums(const ColumnTreeSums& problem,
+                                         CUstream_st* stream) {
+  if (problem.nodes <= 0 || problem.rows % problem.nodes != 0) {
+    return Unsupported("column tree sums need rows divisible by nodes");
+  }
+  GroupedView v;
+  v.input_type = problem.input_type;
+  v.batch = problem.batch;
+  v.rows = problem.rows;
+  v.cols = problem.cols;
+  v.groups = problem.nodes;
+  GroupedDbiasBuffers buffers;
+  buffers.x = problem.x;
+  buffers.dbias = problem.sums;
+  return LaunchTreeSums(v, buffers, problem.amax, stream);
 }
 
 }  // namespace eqx_quant::cuda

@@ -1,0 +1,37 @@
+// Per-column canonical tree sums over equal chunks of rows, with the amax of
+// the rows read (sm_90a; kernels/grouped_dbias_cuda.cu's DbiasTreeKernel).
+// The FP8 op's dbias with current scaling uses it as its one pass over x
+// before the cast: the dbias node sums and the amax the scale needs.
+
+#ifndef EQX_QUANT_CSRC_KERNELS_COLUMN_TREE_SUMS_CUDA_H_
+#define EQX_QUANT_CSRC_KERNELS_COLUMN_TREE_SUMS_CUDA_H_
+
+#include <cstdint>
+
+#include "common/fp8_quantize_problem.h"  // InputType
+#include "kernels/grouped_quantize_cuda.h"  // GroupedLaunchStatus
+
+struct CUstream_st;
+
+namespace eqx_quant::cuda {
+
+struct ColumnTreeSums {
+  const void* x = nullptr;  // batch x rows x cols, of input_type
+  InputType input_type = InputType::kF32;
+  int64_t batch = 1;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t nodes = 1;      // rows % nodes == 0
+  float* sums = nullptr;  // batch x nodes x cols
+  float* amax = nullptr;  // batch, zeroed before; null: no amax
+};
+
+// sums[b][k][n] = the canonical tree sum (common/tree_sum.h) of x[b][i][n]
+// over the rows i of chunk k ([k * L, (k + 1) * L), L = rows / nodes), NaN
+// canonical; amax[b] = max(amax[b], NaN-ignoring max |x[b]|) by atomicMax.
+GroupedLaunchStatus LaunchColumnTreeSums(const ColumnTreeSums& problem,
+                                         CUstream_st* stream);
+
+}  // namespace eqx_quant::cuda
+
+#endif  // EQX_QUANT_CSRC_KERNELS_COLUMN_TREE_SUMS_CUDA_H_
