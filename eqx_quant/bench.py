@@ -230,10 +230,12 @@ def _xla(op: str) -> Callable:
 
 def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
     total = m * n * itemsize + m * n  # x read, FP8 row written
-    if op.startswith("nvfp4"):  # the global amax pass reads x again; codes are one byte each
-        total += m * n * itemsize + m * n // 16
+    if op.startswith("nvfp4"):
+        # The global amax pass and the quantize pass read x; packed E2M1 codes (two per
+        # byte) and one E4M3 scale per 16 are written.
+        total = 2 * m * n * itemsize + m * n // 2 + m * n // 16
         if op.endswith("rowcol"):
-            total += m * n * itemsize + m * n + m * n // 16  # RHT amax pass, colwise copy
+            total += m * n * itemsize + m * n // 2 + m * n // 16  # RHT amax pass, colwise copy
         return total
     if op.startswith("mxfp8"):
         total += m * n // 32  # E8M0 row scales

@@ -234,8 +234,9 @@ def test_vmap_batches_match_reference():
 def test_vmap_transpose_tiles_span_examples():
     """CastTransposeKernel with more tiles than resident blocks: a block's tiles belong to
     different examples, each with its own amax and scale."""
-    x = _random((9, 128, 16384), jnp.bfloat16, seed=5)
-    x *= np.array([1, 50, 0.01, 3, 7, 1, 0.5, 200, 2], np.float32)[:, None, None].astype(x.dtype)
+    x = _random((1100, 16, 128), jnp.bfloat16, seed=5)  # 1100 tiles > 132 SMs x 8 blocks
+    gains = np.array([1, 50, 0.01, 3, 7, 1, 0.5, 200, 2, 1e-3, 9], np.float32)
+    x *= np.resize(gains, 1100)[:, None, None].astype(x.dtype)
     combos = ((eqq.QuantizeLayout.ROWWISE_COLWISE, False), (eqq.QuantizeLayout.COLWISE, False))
     _check(x, "e4m3", vmapped=True, combos=combos)
     _check(x, "e5m2", kind="delayed", scales=(2.5,), vmapped=True, combos=combos)
