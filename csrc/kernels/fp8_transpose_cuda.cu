@@ -61,27 +61,6 @@ __device__ __forceinline__ int StagedWord(int row, int word) {
   return row * kTileWords + (word ^ (4 * ((row >> 4) & 7)));
 }
 
-// 16 rows x 4 columns of bytes (w[k] = the 4 bytes of row k) -> the 4
-// columns' 16 bytes each, as 4 words per column.
-__device__ __forceinline__ void Transpose16x4(const uint32_t (&w)[16],
-                                              uint32_t (&out)[4][4]) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t a = w[4 * k];
-    const uint32_t b = w[4 * k + 1];
-    const uint32_t c = w[4 * k + 2];
-    const uint32_t d = w[4 * k + 3];
-    const uint32_t ab_lo = __byte_perm(a, b, 0x5140);  // a0 b0 a1 b1
-    const uint32_t ab_hi = __byte_perm(a, b, 0x7362);  // a2 b2 a3 b3
-    const uint32_t cd_lo = __byte_perm(c, d, 0x5140);
-    const uint32_t cd_hi = __byte_perm(c, d, 0x7362);
-    out[0][k] = __byte_perm(ab_lo, cd_lo, 0x5410);  // a0 b0 c0 d0
-    out[1][k] = __byte_perm(ab_lo, cd_lo, 0x7632);  // a1 b1 c1 d1
-    out[2][k] = __byte_perm(ab_hi, cd_hi, 0x5410);
-    out[3][k] = __byte_perm(ab_hi, cd_hi, 0x7632);
-  }
-}
-
 template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     CastTransposeKernel(const __grid_constant__ TransposeParams p) {
