@@ -16,6 +16,7 @@ from . import _quantize_blocks, reference
 from ._checks import validated_by
 from ._custom_types import HighPrecision
 from ._enums import QuantizeLayout
+from ._explicit import explicit_sharding
 from ._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
 from ._quantizer import (
     AbstractBlockQuantizer,
@@ -129,6 +130,7 @@ class _Config:
     with_dbias: bool
     x_shape: tuple[int, ...]
     x_dtype: str
+    x_sharding: jax.sharding.NamedSharding | None  # in x's type (Explicit axes), else None
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -214,6 +216,8 @@ def _quantize_ste_bwd(config, residuals, cotangents):
     if ct_dbias is not None:
         reduced = (1,) * config.flatten_axis + shape[config.flatten_axis :]
         dx = dx + ct_dbias.astype(jnp.float32).reshape(reduced)
+    if config.x_sharding is not None:  # Explicit axes: the cotangent is typed like x
+        dx = jax.sharding.reshard(dx, config.x_sharding)
     zeros = jax.tree.map(jnp.zeros_like, quantizer_arrays)
     return dx.astype(dtype), zeros, None
 
@@ -224,7 +228,10 @@ _quantize_ste.defvjp(_quantize_ste_fwd, _quantize_ste_bwd)
 def _run(fn, x, quantizer, flatten_axis, amax_axes, impl, with_dbias, key):
     fa = _check_inputs(fn, x, quantizer, flatten_axis, amax_axes, impl, key)
     arrays, static = eqx.partition(quantizer, eqx.is_array)
-    config = _Config(static, fa, tuple(amax_axes), impl, with_dbias, x.shape, x.dtype.name)
+    config = _Config(
+        static, fa, tuple(amax_axes), impl, with_dbias, x.shape, x.dtype.name,
+        explicit_sharding(x),
+    )
     key_words = None if key is None else _key_words(fn, key)
     return _quantize_ste(config, x, arrays, key_words)
 

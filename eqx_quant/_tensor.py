@@ -19,6 +19,7 @@ from jaxtyping import Array, Float, Shaped, jaxtyped
 from . import _swizzle, reference
 from .reference import _blocks, _mx, _nvfp4
 from ._enums import QuantizeLayout, ScalingMode
+from ._explicit import with_auto_axes
 
 
 class AbstractScaledTensor(eqx.Module):
@@ -134,7 +135,14 @@ class _Meta(NamedTuple):
 @functools.partial(jax.jit, static_argnums=3)
 def _dequantize_stored(data, scale_inv, amax, meta: _Meta):
     """Dequantize in the stored layout (leading vmapped dims allowed). Jitted: the bit-level
-    arithmetic is many small ops, which eager dispatch would compile one by one."""
+    arithmetic is many small ops, which eager dispatch would compile one by one. Under
+    Explicit mesh axes the block reshapes run as under Auto axes; the result has data's
+    sharding."""
+    body = functools.partial(_dequantize_body, meta=meta)
+    return with_auto_axes(body, like=data)(data, scale_inv, amax)
+
+
+def _dequantize_body(data, scale_inv, amax, meta: _Meta):
     ndim, lead = meta.ndim, data.ndim - meta.ndim
     mode = meta.scaling_mode
     if mode.is_tensor_scaling:

@@ -18,14 +18,56 @@ Each op gets two primitives:
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax._src.dispatch as _dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
+from jax.sharding import AxisType
 
 from . import _ffi
+
+
+class _ArgInfo(NamedTuple):
+    """What `OpSpec.partition` reads of an argument."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    sharding: Any
+
+
+def _typed_shardings(spec, params, avals, results):
+    """Under Explicit mesh axes every value's type carries its sharding: give each result
+    the sharding the op's partition rule produces (without it, a custom VJP whose primal
+    input is typed `bf16[64@data, 32]` gets an untyped cotangent and JAX rejects it)."""
+    sharding = getattr(avals[0], "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or not any(t == AxisType.Explicit for t in mesh.axis_types):
+        return results
+    infos = [_ArgInfo(a.shape, a.dtype, a.sharding) for a in avals]
+    _, result_specs, _ = spec.partition(params, mesh, infos, None)
+    return tuple(
+        r.update(sharding=jax.sharding.NamedSharding(mesh, s))
+        for r, s in zip(results, result_specs)
+    )
+
+
+def _traced_as_manual(mesh, local_fn):
+    """`local_fn` traced with every mesh axis Manual: the body of a partition runs on one
+    device's shards, and under Explicit axes (`jax.make_mesh`'s default with `jax.set_mesh`)
+    its collectives (the amax `pmax`) are otherwise rejected."""
+    abstract = mesh.abstract_mesh
+    if all(t == AxisType.Manual for t in abstract.axis_types):
+        return local_fn
+    manual = abstract.update_axis_types({a: AxisType.Manual for a in abstract.axis_names})
+
+    def run(*args):
+        with jax.sharding.use_abstract_mesh(manual):
+            return local_fn(*args)
+
+    return run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +110,11 @@ class Op:
         self.inner.def_abstract_eval(
             lambda *avals, params: spec.inner_abstract_eval(params, *avals)
         )
-        self.outer.def_abstract_eval(lambda *avals, params: spec.abstract_eval(params, *avals))
+        self.outer.def_abstract_eval(
+            lambda *avals, params: _typed_shardings(
+                spec, params, avals, spec.abstract_eval(params, *avals)
+            )
+        )
         for prim in (self.inner, self.outer):
             prim.def_impl(functools.partial(_dispatch.apply_primitive, prim))
         self._register_inner_lowerings()
@@ -133,7 +179,7 @@ class Op:
             named = functools.partial(jax.sharding.NamedSharding, mesh)
             return (
                 mesh,
-                functools.partial(local_fn, inner_bind),
+                _traced_as_manual(mesh, functools.partial(local_fn, inner_bind)),
                 tuple(named(s) for s in result_specs),
                 tuple(named(s) for s in arg_specs),
             )
