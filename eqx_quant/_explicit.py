@@ -5,7 +5,7 @@ These helpers let the block arithmetic run as under Auto axes and give results t
 from collections.abc import Callable
 
 import jax
-from jax.sharding import AxisType
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 
 def explicit_sharding(value) -> jax.sharding.NamedSharding | None:
@@ -17,11 +17,19 @@ def explicit_sharding(value) -> jax.sharding.NamedSharding | None:
     return sharding
 
 
-def with_auto_axes(fn: Callable, like) -> Callable:
+def with_auto_axes(fn: Callable, like, out_spec: PartitionSpec | None = None) -> Callable:
     """`fn` run with the Explicit axes of `like`'s mesh treated as Auto (XLA places the
-    intermediate values), its result typed with `like`'s sharding. `fn` itself when `like`
-    has no Explicit axes."""
+    intermediate values), its result typed with `out_spec` on that mesh (default: `like`'s
+    sharding). `fn` itself when `like` has no Explicit axes."""
     sharding = explicit_sharding(like)
+    if sharding is not None and out_spec is not None:
+        sharding = NamedSharding(sharding.mesh, out_spec)
+    return with_auto_axes_to(fn, sharding)
+
+
+def with_auto_axes_to(fn: Callable, sharding: NamedSharding | None) -> Callable:
+    """`fn` run with the Explicit axes of `sharding`'s mesh treated as Auto, its result typed
+    with `sharding`; `fn` itself when `sharding` is None (no Explicit axes)."""
     if sharding is None:
         return fn
     mesh = sharding.mesh

@@ -14,11 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
 from jax import lax
+from jax.sharding import PartitionSpec
 from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 
 from . import reference
 from ._checks import validated_by
 from ._custom_types import HighPrecision
+from ._explicit import explicit_sharding, with_auto_axes, with_auto_axes_to
 from ._grouped_tensor import GroupedScaledTensor, GroupedScaledTensor1x, _Layout, rows_from_stored
 from ._ops.grouped_quantize import (
     GroupedParams,
@@ -116,6 +118,7 @@ class _Config:
     check: bool
     x_shape: tuple[int, ...]
     x_dtype: str
+    x_sharding: jax.sharding.NamedSharding | None  # in x's type (Explicit axes), else None
 
     def layout(self, mode, data_layout: str, is_colwise: bool) -> _Layout:
         return _Layout(
@@ -159,6 +162,12 @@ def _group_keys(key_words, groups: int):
     return jax.random.key_data(folded)
 
 
+def _group_amax(x2d, group_sizes, rows_per_unit: int):
+    """Per-group amax (replicated); under Explicit mesh axes computed as under Auto axes."""
+    fn = functools.partial(_grouped.group_amax, rows_per_unit=rows_per_unit)
+    return with_auto_axes(fn, like=x2d, out_spec=PartitionSpec())(x2d, group_sizes)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
     quantizer = eqx.combine(quantizer_arrays, config.quantizer_static)
@@ -191,7 +200,7 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
 
     if isinstance(quantizer, GroupedDelayedScaleQuantizer | CurrentScaleQuantizer):
         if isinstance(quantizer, CurrentScaleQuantizer):
-            amax = _grouped.group_amax(x2d, group_sizes, rpu)
+            amax = _group_amax(x2d, group_sizes, rpu)
             scale = reference.compute_scale(amax, quantizer.q_dtype, 0.0, jnp.ones_like(amax))
         else:
             scale = quantizer.scale
@@ -210,7 +219,7 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
         rows = (row, e8m0(row_s), amax, "N", False)
         cols = (col, e8m0(col_s), amax, "N", True)
     else:
-        amax = _grouped.group_amax(x2d, group_sizes, rpu)
+        amax = _group_amax(x2d, group_sizes, rpu)
         sr = quantizer.stochastic_rounding
         keys = _group_keys(key_words, groups) if sr else jnp.zeros((groups, 2), jnp.uint32)
         params = GroupedParams(
@@ -250,17 +259,23 @@ def _grouped_ste_fwd(config, x, group_sizes, quantizer_arrays, key_words):
 def _grouped_ste_bwd(config, residuals, cotangents):
     group_sizes, quantizer_arrays = residuals
     ct_tensor, ct_dbias = cotangents
-    dx = jnp.zeros(config.x_shape, jnp.float32)
-    for part in (ct_tensor.rowwise, ct_tensor.colwise):
-        if part is not None:
-            mode = config.quantizer_static.scaling_mode
-            layout = config.layout(mode, part.data_layout, part.is_colwise)
-            dx = dx + rows_from_stored(part.data, group_sizes, layout)
-    if ct_dbias is not None:
-        fa = config.flatten_axis
-        dx = dx + _dbias_cotangent(ct_dbias, group_sizes, config.x_shape, fa)
+
+    def cotangent_of_x(ct_tensor, ct_dbias, group_sizes):
+        dx = jnp.zeros(config.x_shape, jnp.float32)
+        for part in (ct_tensor.rowwise, ct_tensor.colwise):
+            if part is not None:
+                mode = config.quantizer_static.scaling_mode
+                layout = config.layout(mode, part.data_layout, part.is_colwise)
+                dx = dx + rows_from_stored(part.data, group_sizes, layout)
+        if ct_dbias is not None:
+            fa = config.flatten_axis
+            dx = dx + _dbias_cotangent(ct_dbias, group_sizes, config.x_shape, fa)
+        return dx.astype(config.x_dtype)
+
+    # Under Explicit mesh axes the row gathers run as under Auto axes, typed like x.
+    dx = with_auto_axes_to(cotangent_of_x, config.x_sharding)(ct_tensor, ct_dbias, group_sizes)
     zeros = jax.tree.map(jnp.zeros_like, quantizer_arrays)
-    return dx.astype(config.x_dtype), _no_cotangent(group_sizes), zeros, None
+    return dx, _no_cotangent(group_sizes), zeros, None
 
 
 def _no_cotangent(group_sizes):
@@ -286,7 +301,9 @@ def _run(fn, x, group_sizes, quantizer, flatten_axis, key, check, impl, with_dbi
     if group_sizes is None:
         group_sizes = jnp.ones((x.shape[0],), jnp.int32)
     arrays, static = eqx.partition(quantizer, eqx.is_array)
-    config = _Config(static, fa, impl, with_dbias, bool(check), x.shape, x.dtype.name)
+    config = _Config(
+        static, fa, impl, with_dbias, bool(check), x.shape, x.dtype.name, explicit_sharding(x)
+    )
     key_words = None if key is None else _key_words(fn, key)
     return _grouped_ste(config, x, group_sizes, arrays, key_words)
 

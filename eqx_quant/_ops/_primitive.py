@@ -47,7 +47,8 @@ def _typed_shardings(spec, params, avals, results):
     if mesh is None or not any(t == AxisType.Explicit for t in mesh.axis_types):
         return results
     infos = [_ArgInfo(a.shape, a.dtype, a.sharding) for a in avals]
-    _, result_specs, _ = spec.partition(params, mesh, infos, None)
+    result_infos = [_ArgInfo(r.shape, r.dtype, None) for r in results]
+    _, result_specs, _ = spec.partition(params, mesh, infos, result_infos)
     return tuple(
         r.update(sharding=jax.sharding.NamedSharding(mesh, s))
         for r, s in zip(results, result_specs)
