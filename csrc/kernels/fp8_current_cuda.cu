@@ -104,11 +104,7 @@ __device__ __forceinline__ void CastTile(const uint4 (&raw)[kTileUnroll],
       In::Unpack(raw[u], v);
       uint32_t q[kVec / 4];
       CastVec<kFormat>(v, scale, q);
-      if constexpr (kVec == 8) {
-        *reinterpret_cast<uint2*>(row + i * kVec) = make_uint2(q[0], q[1]);
-      } else {
-        *reinterpret_cast<uint32_t*>(row + i * kVec) = q[0];
-      }
+      StoreCastWords<kVec>(row + i * kVec, q);
     }
   }
 }
@@ -198,18 +194,8 @@ LaunchStatus LaunchCurrentCastOf(const Fp8QuantizeProblem& problem,
   const int64_t kept_tiles =
       std::min<int64_t>(kKeptTiles, (p.tiles + grid - 1) / grid);
   const size_t shared_bytes = static_cast<size_t>(kept_tiles * kTileVectors * 16);
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeCooperative;
-  attribute.val.cooperative = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  error = cudaLaunchKernelEx(&config, kernel, p);
-  if (error == cudaSuccess) error = cudaGetLastError();
+  error = Launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
+                 shared_bytes, stream, 1, p, /*cooperative=*/true);
   if (error != cudaSuccess) return Failed(error, "launching CurrentCastKernel");
   return LaunchStatus{};
 }

@@ -160,11 +160,7 @@ __global__ void __launch_bounds__(kCastThreads, kCastBlocksPerSm)
           if constexpr (kCast) {
             uint32_t q[kVec / 4];
             CastVec<kFormat>(v, scale, q);
-            if constexpr (kVec == 8) {
-              *reinterpret_cast<uint2*>(ov + i * kVec) = make_uint2(q[0], q[1]);
-            } else {
-              *reinterpret_cast<uint32_t*>(ov + i * kVec) = q[0];
-            }
+            StoreCastWords<kVec>(ov + i * kVec, q);
           }
         }
       }

@@ -47,10 +47,13 @@ inline LaunchStatus Invalid(const char* what) {
   return status;
 }
 
+// Launches `kernel` with programmatic dependent launch (UsePdl), or as a
+// cooperative grid (`cooperative`: every block resident, grid-wide sync
+// allowed; no PDL), in clusters of `cluster` blocks if > 1.
 template <typename Params>
 cudaError_t Launch(void (*kernel)(Params), dim3 grid, dim3 block,
                    size_t shared_bytes, cudaStream_t stream, int cluster,
-                   const Params& params) {
+                   const Params& params, bool cooperative = false) {
   if (shared_bytes > 48 * 1024) {
     const cudaError_t error = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -59,7 +62,11 @@ cudaError_t Launch(void (*kernel)(Params), dim3 grid, dim3 block,
   }
   cudaLaunchAttribute attributes[2];
   unsigned count = 0;
-  if (UsePdl()) {
+  if (cooperative) {
+    attributes[count].id = cudaLaunchAttributeCooperative;
+    attributes[count].val.cooperative = 1;
+    ++count;
+  } else if (UsePdl()) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count].val.programmaticStreamSerializationAllowed = 1;
     ++count;

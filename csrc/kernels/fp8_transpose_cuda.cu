@@ -114,19 +114,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         uint32_t q[kVec / 4];
         CastVec<kFormat>(v, scale, q);
         const int word = col_lane * (kVec / 4);
-        if constexpr (kVec == 8) {
-          *reinterpret_cast<uint2*>(&staging[StagedWord(r, word)]) =
-              make_uint2(q[0], q[1]);
-        } else {
-          staging[StagedWord(r, word)] = q[0];
-        }
+        StoreCastWords<kVec>(&staging[StagedWord(r, word)], q);
         if (row_out != nullptr && lane_active && m0 + r < p.rows) {
-          uint8_t* dst = row_out + (m0 + r) * p.cols + c;
-          if constexpr (kVec == 8) {
-            *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
-          } else {
-            *reinterpret_cast<uint32_t*>(dst) = q[0];
-          }
+          StoreCastWords<kVec>(row_out + (m0 + r) * p.cols + c, q);
         }
       }
     }

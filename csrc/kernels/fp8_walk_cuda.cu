@@ -253,11 +253,7 @@ __global__ void __launch_bounds__(kWalkThreads, WalkShape<kDbias>::kMinBlocks)
           if (row_out != nullptr && active) {
             uint8_t* dst = row_out + (chunk_row + i) * cols + col0;
             if (vector_lane) {
-              if constexpr (kVec == 8) {
-                *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
-              } else {
-                *reinterpret_cast<uint32_t*>(dst) = q[0];
-              }
+              StoreCastWords<kVec>(dst, q);
             } else {
 #pragma unroll
               for (int e = 0; e < kVec; ++e) {
@@ -267,12 +263,7 @@ __global__ void __launch_bounds__(kWalkThreads, WalkShape<kDbias>::kMinBlocks)
           }
           if constexpr (kCol) {
             const int word = StagingWord<kTileWords>(i, tid * (kVec / 4));
-            if constexpr (kVec == 8) {
-              *reinterpret_cast<uint2*>(staging + 4 * word) =
-                  make_uint2(q[0], q[1]);
-            } else {
-              *reinterpret_cast<uint32_t*>(staging + 4 * word) = q[0];
-            }
+            StoreCastWords<kVec>(staging + 4 * word, q);
           }
           if constexpr (kDbias) stack.Leaf(v, merges[i]);
         }
