@@ -1,4 +1,4 @@
-// The hardware f32 -> FP8 convert shared by the FP8, MXFP8 and grouped CUDA
+// The hardware f32 -> FP8 convert (and the store of its bytes) shared by the FP8, MXFP8 and grouped CUDA
 // kernels. Included by .cu files only.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_FP8_CONVERT_CUDA_CUH_
@@ -26,6 +26,19 @@ __device__ __forceinline__ uint32_t CvtPair(float lo, float hi) {
         : "f"(hi), "f"(lo));
   }
   return packed;
+}
+
+// kWords words of converted FP8 bytes (2: 8 elements of a bf16 / f16 vector,
+// 1: 4 of an f32 one) to dst, aligned to their size: one 8- or 4-byte store.
+template <int kWords>
+__device__ __forceinline__ void StoreCastWords(void* dst,
+                                               const uint32_t (&q)[kWords]) {
+  if constexpr (kWords == 2) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
+  } else {
+    static_assert(kWords == 1, "8 or 4 elements per 16-byte vector");
+    *reinterpret_cast<uint32_t*>(dst) = q[0];
+  }
 }
 
 }  // namespace eqx_quant::cuda

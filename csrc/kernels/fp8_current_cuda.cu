@@ -104,7 +104,7 @@ __device__ __forceinline__ void CastTile(const uint4 (&raw)[kTileUnroll],
       In::Unpack(raw[u], v);
       uint32_t q[kVec / 4];
       CastVec<kFormat>(v, scale, q);
-      StoreCastWords<kVec>(row + i * kVec, q);
+      StoreCastWords(row + i * kVec, q);
     }
   }
 }

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kCastThreads, kCastBlocksPerSm)
           if constexpr (kCast) {
             uint32_t q[kVec / 4];
             CastVec<kFormat>(v, scale, q);
-            StoreCastWords<kVec>(ov + i * kVec, q);
+            StoreCastWords(ov + i * kVec, q);
           }
         }
       }

@@ -93,19 +93,6 @@ __device__ __forceinline__ void CastVec(const float (&v)[kVec], float scale,
   }
 }
 
-// The kVec FP8 bytes of CastVec to dst (kVec-byte aligned): one 8-byte
-// (bf16 / f16) or 4-byte (f32) store.
-template <int kVec>
-__device__ __forceinline__ void StoreCastWords(void* dst,
-                                               const uint32_t (&q)[kVec / 4]) {
-  if constexpr (kVec == 8) {
-    *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
-  } else {
-    static_assert(kVec == 4, "8 or 4 elements per 16-byte vector");
-    *reinterpret_cast<uint32_t*>(dst) = q[0];
-  }
-}
-
 template <Fp8Format kFormat>
 __device__ __forceinline__ uint8_t CastOne(float v, float scale) {
   return static_cast<uint8_t>(CvtPair<kFormat>(__fmul_rn(v, scale), 0.0f));

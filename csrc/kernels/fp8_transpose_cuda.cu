@@ -114,9 +114,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         uint32_t q[kVec / 4];
         CastVec<kFormat>(v, scale, q);
         const int word = col_lane * (kVec / 4);
-        StoreCastWords<kVec>(&staging[StagedWord(r, word)], q);
+        StoreCastWords(&staging[StagedWord(r, word)], q);
         if (row_out != nullptr && lane_active && m0 + r < p.rows) {
-          StoreCastWords<kVec>(row_out + (m0 + r) * p.cols + c, q);
+          StoreCastWords(row_out + (m0 + r) * p.cols + c, q);
         }
       }
     }

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kWalkThreads, WalkShape<kDbias>::kMinBlocks)
           if (row_out != nullptr && active) {
             uint8_t* dst = row_out + (chunk_row + i) * cols + col0;
             if (vector_lane) {
-              StoreCastWords<kVec>(dst, q);
+              StoreCastWords(dst, q);
             } else {
 #pragma unroll
               for (int e = 0; e < kVec; ++e) {
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kWalkThreads, WalkShape<kDbias>::kMinBlocks)
           }
           if constexpr (kCol) {
             const int word = StagingWord<kTileWords>(i, tid * (kVec / 4));
-            StoreCastWords<kVec>(staging + 4 * word, q);
+            StoreCastWords(staging + 4 * word, q);
           }
           if constexpr (kDbias) stack.Leaf(v, merges[i]);
         }

@@ -285,21 +285,13 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
       auto store = [&](uint8_t* out, int u, const uint32_t (&q)[kOutWords]) {
         if (p.wide) {
           uint8_t* slot = stage + u * kTileCols + lane * kVec;
-          if constexpr (kOutWords == 2) {
-            *reinterpret_cast<uint2*>(slot) = make_uint2(q[0], q[1]);
-          } else {
-            *reinterpret_cast<uint32_t*>(slot) = q[0];
-          }
+          StoreCastWords(slot, q);
           return;
         }
         const int r = warp + kWarps * u;
         if (r < t.rows && col_ok) {
           uint8_t* dst = out + (t.row0 + r) * N + my_col;
-          if constexpr (kOutWords == 2) {
-            *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
-          } else {
-            *reinterpret_cast<uint32_t*>(dst) = q[0];
-          }
+          StoreCastWords(dst, q);
         }
       };
       // The staged rows -> 16-byte stores (a warp instruction writes 512

@@ -189,18 +189,10 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     auto emit = [&](int u, const uint32_t (&q)[kOutWords], uint8_t* out) {
       if (p.wide) {
         uint8_t* slot = stage + u * kTileCols + lane * kVec;
-        if constexpr (kOutWords == 2) {
-          *reinterpret_cast<uint2*>(slot) = make_uint2(q[0], q[1]);
-        } else {
-          *reinterpret_cast<uint32_t*>(slot) = q[0];
-        }
+        StoreCastWords(slot, q);
       } else if (valid_at(t, u, my_col)) {
         uint8_t* dst = out + elem_at(t, u, my_col);
-        if constexpr (kOutWords == 2) {
-          *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
-        } else {
-          *reinterpret_cast<uint32_t*>(dst) = q[0];
-        }
+        StoreCastWords(dst, q);
       }
     };
     // The staged rows -> 16-byte stores (a warp instruction writes whole
