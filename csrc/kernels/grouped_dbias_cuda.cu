@@ -105,22 +105,23 @@ __device__ __forceinline__ void LoadLane(const typename In::Storage* p,
   }
 }
 
-// out = the perfect tree over slots [kLo, kLo + kN), per lane column; amax
-// = max(amax, |leaf|) over the leaves (NaN ignored; an empty slot is 0).
-template <typename In, int kLaneCols, int kLo, int kN>
+// out = the perfect tree over slots [kLo, kLo + kN), per lane column; with
+// kAmax, amax = max(amax, |leaf|) over the leaves (NaN ignored; an empty slot
+// is 0).
+template <typename In, int kLaneCols, bool kAmax, int kLo, int kN>
 __device__ __forceinline__ void SlotTree(const uint32_t (&w)[gdt::kChunkSlots][4],
                                          float (&out)[kLaneCols], float& amax) {
   if constexpr (kN == 1) {
 #pragma unroll
     for (int e = 0; e < kLaneCols; ++e) {
       out[e] = In::Element(w[kLo], e);
-      amax = fmaxf(amax, fabsf(out[e]));
+      if constexpr (kAmax) amax = fmaxf(amax, fabsf(out[e]));
     }
   } else {
     float left[kLaneCols];
     float right[kLaneCols];
-    SlotTree<In, kLaneCols, kLo, kN / 2>(w, left, amax);
-    SlotTree<In, kLaneCols, kLo + kN / 2, kN / 2>(w, right, amax);
+    SlotTree<In, kLaneCols, kAmax, kLo, kN / 2>(w, left, amax);
+    SlotTree<In, kLaneCols, kAmax, kLo + kN / 2, kN / 2>(w, right, amax);
 #pragma unroll
     for (int e = 0; e < kLaneCols; ++e) out[e] = __fadd_rn(left[e], right[e]);
   }
@@ -140,7 +141,8 @@ __device__ __forceinline__ float CanonicalNan(float v) {
   return v != v ? __uint_as_float(0x7FC00000u) : v;
 }
 
-template <typename In, int kLaneCols>
+// kAmax: also publish each example's amax (p.amax); the grouped dbias has none.
+template <typename In, int kLaneCols, bool kAmax>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     DbiasTreeKernel(const __grid_constant__ TreeParams p) {
   using Storage = typename In::Storage;
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         }
         base += m * N;
         float v[kLaneCols];
-        SlotTree<In, kLaneCols, 0, gdt::kChunkSlots>(w, v, amax);
+        SlotTree<In, kLaneCols, kAmax, 0, gdt::kChunkSlots>(w, v, amax);
         // Binary counter: merge with the pending left sums this chunk ends.
         int level = 0;
         for (uint32_t t = q; (t & 1u) != 0; t >>= 1, ++level) {
@@ -271,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
       cluster.sync();  // every rank's cta_sum is read before it changes
     }  // column slabs
-    if (p.amax != nullptr) {
+    if constexpr (kAmax) {
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) {
         amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
@@ -295,7 +297,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 template <typename In, int kLaneCols>
 GroupedLaunchStatus LaunchTree(const TreeParams& p, int stack_levels,
                                cudaStream_t stream) {
-  auto* kernel = &DbiasTreeKernel<In, kLaneCols>;
+  auto* kernel = p.amax != nullptr ? &DbiasTreeKernel<In, kLaneCols, true>
+                                   : &DbiasTreeKernel<In, kLaneCols, false>;
   const int64_t stack_bytes =
       int64_t{stack_levels} * kLaneCols * kThreads * int64_t{sizeof(float)};
   if (stack_bytes > 48 * 1024) {
