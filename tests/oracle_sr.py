@@ -50,17 +50,21 @@ def threefry2x32(k0, k1, c0, c1) -> tuple[np.ndarray, np.ndarray]:
 
 
 def random_words(key, index_u64, stream: int) -> np.ndarray:
-    """uint32 word r of each element: threefry2x32(key, (lo32(i), hi32(i) | stream << 31))[0].
+    """uint32 word r of each element of global index i: output word i % 2 of
+    threefry2x32(key, (lo32(i // 2), hi32(i // 2) | stream << 31)).
 
+    The elements 2j and 2j + 1 share one counter and take its words 0 and 1.
     `key` holds the two uint32 key words (jax.random.key_data of a threefry key),
     `index_u64` the global row-major linear indices, `stream` is 0 (rowwise) or 1 (colwise)."""
     if stream not in (0, 1):
         raise ValueError(f"stream must be 0 or 1, got {stream!r}")
     key = np.asarray(key, dtype=U32).reshape(2)
     idx = np.asarray(index_u64, dtype=U64)
-    lo = (idx & U64(0xFFFFFFFF)).astype(U32)
-    hi = (idx >> U64(32)).astype(U32) | U32(stream << 31)
-    return threefry2x32(key[0], key[1], lo, hi)[0]
+    pair = idx // U64(2)
+    lo = (pair % U64(2**32)).astype(U32)
+    hi = (pair // U64(2**32)).astype(U32) | U32(stream << 31)
+    word0, word1 = threefry2x32(key[0], key[1], lo, hi)
+    return np.where(idx % U64(2) == U64(1), word1, word0)
 
 
 def e2m1_sr(y_f32, r_u32) -> np.ndarray:

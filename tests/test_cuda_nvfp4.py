@@ -330,6 +330,9 @@ SHARDED = [
     ((64, 48), 0, 1, (64, 0), (256, 48), False, True),  # RHT
     ((2, 16, 32), 1, 1, (69000, 1000), (70000, 70000), False, False),  # index >= 2^32
     ((16, 32), 0, 1, (-3, 2**31 - 9), (16, 2**31), False, False),  # 32-bit wrap of s + offset
+    # the last dim's term wraps inside a block; odd row stride: even and odd first indices
+    ((6, 48), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # tile / scalar kernels
+    ((6, 64), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # fast row kernel (L % 16 == 0)
 ]
 
 

@@ -40,6 +40,12 @@ MAX_SATURATED_FRACTION = 1e-3
 # NVFP4 rounds each E4M3 block scale to nearest (as TE's kernels do), so in about half of
 # the blocks the block max lands slightly above 6 and is clipped: up to 1 element in 16.
 NVFP4_MAX_CLIPPED_FRACTION = 1 / 16
+# Largest |x - dequantize(q(x))| allowed, small next to the input's amax (~156). SR moves a
+# value to either grid neighbour, so its error is only below one grid step: up to 2 block
+# scales in E2M1's top binade [4, 6], about amax / 3 = 52 in the block of the largest spike
+# (a spike at 5.8 block scales rounds down to 4 with probability 0.1; RN's error is half).
+MAX_ABS_ERR = {("nvfp4_sr", "float4_e2m1fn"): 60.0}
+GENERIC_MAX_ABS_ERR = 20.0
 
 
 @functools.cache
@@ -112,7 +118,9 @@ def test_quickstart_numbers(quickstart_output):
         bound = SQNR_MIN_DB.get(key, GENERIC_SQNR_MIN_DB)
         assert math.isfinite(row["sqnr_db"]) and row["sqnr_db"] > bound, (key, row, bound)
         # Nonzero (FP8 is lossy) and small next to the input's amax (~156).
-        assert math.isfinite(row["max_abs_err"]) and 0.0 < row["max_abs_err"] < 20.0, (key, row)
+        err_bound = MAX_ABS_ERR.get(key, GENERIC_MAX_ABS_ERR)
+        assert math.isfinite(row["max_abs_err"]) and 0.0 < row["max_abs_err"] < err_bound, (
+            key, row)
         clip_bound = (
             NVFP4_MAX_CLIPPED_FRACTION if key[0].startswith("nvfp4") else MAX_SATURATED_FRACTION
         )

@@ -87,6 +87,18 @@ def test_stochastic_rounding_large_index():
                    global_shape=global_shape)
 
 
+def test_stochastic_rounding_last_dim_wrap():
+    """The last dim's index term uint32(s + offset) wraps inside a block (offset -21): the run's
+    indices drop by 2^32 there, so its pairs come from the exact indices, not from the first
+    one. The odd row stride 2^31 + 1 gives rows with even and with odd first indices."""
+    shape, global_shape, offset = (6, 48), (16, 2**31 + 1), (3, -21)
+    x = make_inputs(shape, jnp.float32, seed=5)
+    amax = _amaxes(x)
+    keys = np.array([[9, 8], [0xFFFFFFFF, 1], [2, 0x80000000]], np.uint32)
+    check_quantize(x, amax, amax, n_batch=1, keys=keys, offset=np.array(offset, np.int32),
+                   global_shape=global_shape)
+
+
 def test_stochastic_rounding_changes_with_key_and_stream():
     x = make_inputs((32, 64), jnp.float32, seed=8)[0]
     amax = _finite_amax(x)

@@ -101,15 +101,43 @@ def test_random_words_layout_and_library():
     low = idx & np.uint64(0xFFFFFFFF)
     lo, hi = low.astype(np.uint32), (idx >> np.uint64(32)).astype(np.uint32)
     lib = jax.jit(_sr.random_words, static_argnums=3)
+    # the counter of element i is i // 2 (64-bit), split into 32-bit words by hand
+    pair_lo = (lo >> np.uint32(1)) | (hi << np.uint32(31))
+    pair_hi = hi >> np.uint32(1)
+    odd = (lo & np.uint32(1)) == 1
     for stream in (0, 1):
         r = osr.random_words(KEY, idx, stream)
-        want = osr.threefry2x32(KEY[0], KEY[1], lo, hi | np.uint32(stream << 31))[0]
-        np.testing.assert_array_equal(r, want)
+        w0, w1 = osr.threefry2x32(KEY[0], KEY[1], pair_lo, pair_hi | np.uint32(stream << 31))
+        np.testing.assert_array_equal(r, np.where(odd, w1, w0))
         got = lib(jnp.asarray(KEY), jnp.asarray(lo), jnp.asarray(hi), stream)
         np.testing.assert_array_equal(np.asarray(got), r)
     # the streams (and the high index word) give unrelated words
     assert np.mean(osr.random_words(KEY, idx, 0) == osr.random_words(KEY, idx, 1)) < 1e-3
     assert np.mean(osr.random_words(KEY, idx, 0) == osr.random_words(KEY, low, 0)) < 0.01
+
+
+def test_random_words_pair_counters():
+    """Elements 2j and 2j + 1 share the counter (lo32(j), hi32(j) | stream << 31) and take its
+    output words 0 and 1 (Random123 known answers and the JAX threefry primitive)."""
+    # kat_vectors: counter (0, 0) under key (0, 0); counter (2^32-1, 2^32-1) under key (2^32-1,)*2
+    zero = np.zeros(2, np.uint32)
+    r = osr.random_words(zero, np.array([0, 1], np.uint64), 0)
+    assert [int(w) for w in r] == [0x6B200159, 0x99BA4EFE]
+    ones = np.full(2, 0xFFFFFFFF, np.uint32)
+    r = osr.random_words(ones, np.array([2**64 - 2, 2**64 - 1], np.uint64), 1)
+    assert [int(w) for w in r] == [0x1CB996FC, 0xBB002BE7]
+    rng = _rng(31)
+    j = np.concatenate([rng.integers(0, 2**63, 3000, dtype=np.uint64),
+                        np.array([0, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62 + 5], np.uint64)])
+    for stream in (0, 1):
+        even = osr.random_words(KEY, 2 * j, stream)
+        odd = osr.random_words(KEY, 2 * j + np.uint64(1), stream)
+        c0 = (j & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        c1 = (j >> np.uint64(32)).astype(np.uint32) | np.uint32(stream << 31)
+        k0, k1 = (np.full(j.shape, k, np.uint32) for k in KEY)
+        w0, w1 = threefry2x32_p.bind(*(jnp.asarray(a) for a in (k0, k1, c0, c1)))
+        np.testing.assert_array_equal(even, np.asarray(w0))
+        np.testing.assert_array_equal(odd, np.asarray(w1))
 
 
 GI_CASES = [((3, 4, 5), (0, 0, 0), (3, 4, 5)), ((2, 3), (1, 4), (4, 8)), ((5,), (7,), (12,)),

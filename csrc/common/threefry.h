@@ -74,19 +74,30 @@ EQXQ_HOST_DEVICE inline void Threefry2x32(uint32_t k0, uint32_t k1,
 inline constexpr uint32_t kRowwiseStream = 0;
 inline constexpr uint32_t kColwiseStream = 1;
 
+// The two words of the counter pair `pair`, shared by the elements of global
+// row-major linear indices 2 pair (word0) and 2 pair + 1 (word1):
+// threefry2x32(key, (lo32(pair), hi32(pair) | stream << 31)).
+EQXQ_HOST_DEVICE inline void StochasticRoundingPair(uint32_t k0, uint32_t k1,
+                                                    uint64_t pair,
+                                                    uint32_t stream,
+                                                    uint32_t& word0,
+                                                    uint32_t& word1) {
+  const uint32_t lo = static_cast<uint32_t>(pair);
+  const uint32_t hi = static_cast<uint32_t>(pair >> 32) | ((stream & 1u) << 31);
+  Threefry2x32(k0, k1, lo, hi, word0, word1);
+}
+
 // The random word of the element with global row-major linear index `index`:
-// threefry2x32(key, (lo32(index), hi32(index) | stream << 31))[0].
+// word index & 1 of the pair index >> 1. Where a loop holds both elements of
+// a pair, StochasticRoundingPair serves them with one call.
 EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingWord(uint32_t k0,
                                                         uint32_t k1,
                                                         uint64_t index,
                                                         uint32_t stream) {
-  const uint32_t lo = static_cast<uint32_t>(index);
-  const uint32_t hi =
-      static_cast<uint32_t>(index >> 32) | ((stream & 1u) << 31);
-  uint32_t out0;
-  uint32_t out1;
-  Threefry2x32(k0, k1, lo, hi, out0, out1);
-  return out0;
+  uint32_t word0;
+  uint32_t word1;
+  StochasticRoundingPair(k0, k1, index >> 1, stream, word0, word1);
+  return (index & 1u) ? word1 : word0;
 }
 
 }  // namespace eqx_quant

@@ -49,6 +49,7 @@ using nvfp4::E4M3Byte;
 using nvfp4::EncodeExact;
 using nvfp4::EncodeFast;
 using nvfp4::EncodeSr;
+using nvfp4::EncodeSrRun;
 using nvfp4::F16In;
 using nvfp4::F32In;
 using nvfp4::kB;  // 16
@@ -235,9 +236,8 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           const int64_t n0 = col0 + lb * kB;
           uint32_t q[4];
           if constexpr (kSr) {
-            EncodeSr<kB>(
-                v, enc, key0, key1, kRowwiseStream,
-                [&](int e) { return SrIndex(i, n0 + e, N); }, q);
+            EncodeSrRun<kB>(v, enc, key0, key1, kRowwiseStream,
+                            SrIndex(i, 0, N), static_cast<uint32_t>(n0), q);
           } else if (has_nan) {
             EncodeExact<kB>(v, enc, q);
           } else {

@@ -39,14 +39,14 @@ using cpu::F32Input;
 
 constexpr int kB = kNvfp4Block;
 
-// The counter words of a run of elements: element j has the 64-bit index
-// (base_hi:base_lo) + (pos_hi[j]:pos_lo[j]) and the counter
-// (lo32(index), hi32(index) | stream_bit).
+// The counters of a run of element pairs (common/threefry.h): pair m has the
+// 64-bit pair index (first_hi:first_lo) + m and the counter
+// (lo32(pair), hi32(pair) | stream_bit).
 struct SrRun {
   uint32_t key0;
   uint32_t key1;
-  uint32_t base_lo;
-  uint32_t base_hi;
+  uint32_t first_lo;
+  uint32_t first_hi;
   uint32_t stream_bit;  // stream << 31
 };
 
@@ -131,21 +131,30 @@ void CodesBody(const float* __restrict x,
   for (int64_t j = 0; j < n; ++j) out[j] = FloatToE2M1(x[j] * enc[j]);
 }
 
-// out[j] = e2m1_SR(x[j] * enc[j], word of element j of `run`).
+// out[2m], out[2m + 1] = the two words of pair m of `run`, for m < pairs:
+// one Threefry call per two elements.
+EQXQ_NVFP4_ALWAYS_INLINE
+void SrWordsBody(const SrRun& run, int64_t pairs, uint32_t* __restrict out) {
+  for (int64_t m = 0; m < pairs; ++m) {
+    const uint32_t lo = run.first_lo + static_cast<uint32_t>(m);
+    const uint32_t carry = lo < run.first_lo ? 1u : 0u;
+    const uint32_t hi = (run.first_hi + carry) | run.stream_bit;
+    uint32_t word0;
+    uint32_t word1;
+    Threefry2x32(run.key0, run.key1, lo, hi, word0, word1);
+    out[2 * m] = word0;
+    out[2 * m + 1] = word1;
+  }
+}
+
+// out[j] = e2m1_SR(x[j] * enc[j], words[j]).
 EQXQ_NVFP4_ALWAYS_INLINE
 void CodesSrBody(const float* __restrict x,
                  const float* __restrict enc, int64_t n,
-                 const uint32_t* __restrict pos_lo,
-                 const uint32_t* __restrict pos_hi,
-                 SrRun run, uint8_t* __restrict out) {
+                 const uint32_t* __restrict words,
+                 uint8_t* __restrict out) {
   for (int64_t j = 0; j < n; ++j) {
-    const uint32_t lo = run.base_lo + pos_lo[j];
-    const uint32_t carry = lo < run.base_lo ? 1u : 0u;
-    const uint32_t hi = (run.base_hi + pos_hi[j] + carry) | run.stream_bit;
-    uint32_t word;
-    uint32_t unused;
-    Threefry2x32(run.key0, run.key1, lo, hi, word, unused);
-    out[j] = FloatToE2M1Stochastic(x[j] * enc[j], word);
+    out[j] = FloatToE2M1Stochastic(x[j] * enc[j], words[j]);
   }
 }
 
@@ -318,10 +327,13 @@ struct CodeOut {
                            uint8_t* out) {                                     \
       CodesBody(x, enc, n, out);                                               \
     }                                                                          \
+    ATTR static void SrWords(const SrRun& run, int64_t pairs,                 \
+                             uint32_t* out) {                                  \
+      SrWordsBody(run, pairs, out);                                            \
+    }                                                                          \
     ATTR static void CodesSr(const float* x, const float* enc, int64_t n,      \
-                             const uint32_t* pos_lo, const uint32_t* pos_hi,   \
-                             const SrRun& run, uint8_t* out) {                 \
-      CodesSrBody(x, enc, n, pos_lo, pos_hi, run, out);                        \
+                             const uint32_t* words, uint8_t* out) {            \
+      CodesSrBody(x, enc, n, words, out);                                      \
     }                                                                          \
     ATTR static void Rht(const float* x, int64_t stride, int64_t n,            \
                          const RhtMatrix& m, float* out) {                     \

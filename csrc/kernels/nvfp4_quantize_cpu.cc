@@ -84,8 +84,8 @@ struct Scratch {
   uint8_t col_sdb[kChunk];      // colwise scale byte per position
   float col_enc[kChunk];        // colwise multiplier per position
   float row_enc[kChunk];        // rowwise multiplier per position
-  uint32_t pos_lo[kChunk];      // SR: index of (c, l) of each position
-  uint32_t pos_hi[kChunk];
+  uint64_t seg_index[kChunkBlocks];  // SR: index of (c, l0) of each segment
+  uint32_t sr_words[kChunk + 2];     // SR: words of one segment's pairs
   uint32_t blk_key[kB * kChunkBlocks];  // rowwise block amax keys, per row
   uint8_t blk_sdb[kB * kChunkBlocks];
   float blk_enc[kB * kChunkBlocks];
@@ -144,9 +144,10 @@ class SrIndex {
   int a_end_, k_axis_, c_begin_, l_axis_ = 0;
 };
 
-SrRun MakeSrRun(uint32_t key0, uint32_t key1, uint64_t base, uint32_t stream) {
-  return SrRun{key0, key1, static_cast<uint32_t>(base),
-               static_cast<uint32_t>(base >> 32), stream << 31};
+SrRun MakeSrRun(uint32_t key0, uint32_t key1, uint64_t first_pair,
+                uint32_t stream) {
+  return SrRun{key0, key1, static_cast<uint32_t>(first_pair),
+               static_cast<uint32_t>(first_pair >> 32), stream << 31};
 }
 
 // Scratch.x[i] = the chunk's positions of panel row i (for i < rows), each
@@ -205,14 +206,10 @@ class ExampleQuantizer {
     const int64_t w_count = c_ * l_;
     LoadPanel<Input, Loops>(x_ + (ai * k_ + k0) * w_count, w_count, l_, rows,
                             ch, s_);
-    if (sr_ != nullptr) {
+    if (sr_ != nullptr) {  // position jl of segment cc: see CodesSr
+      seg_last_ = static_cast<uint32_t>(sr_->L(ch.l0));
       for (int64_t cc = 0; cc < ch.nc; ++cc) {
-        const uint64_t c_index = sr_->C(ch.c0 + cc);
-        for (int64_t jl = 0; jl < ch.nlp; ++jl) {
-          const uint64_t index = jl < ch.nl ? c_index + sr_->L(ch.l0 + jl) : 0;
-          s_.pos_lo[cc * ch.nlp + jl] = static_cast<uint32_t>(index);
-          s_.pos_hi[cc * ch.nlp + jl] = static_cast<uint32_t>(index >> 32);
-        }
+        s_.seg_index[cc] = sr_->C(ch.c0 + cc) + seg_last_;
       }
     }
     if (pr_.use_2d) {
@@ -254,10 +251,8 @@ class ExampleQuantizer {
       if (sr_ == nullptr) {
         Loops::Codes(s_.x[i], s_.row_enc, width, s_.row_codes);
       } else {
-        const SrRun run = MakeSrRun(key0_, key1_, a_index + sr_->K(k0 + i),
-                                    kRowwiseStream);
-        Loops::CodesSr(s_.x[i], s_.row_enc, width, s_.pos_lo, s_.pos_hi, run,
-                       s_.row_codes);
+        CodesSr(s_.x[i], s_.row_enc, ch, a_index + sr_->K(k0 + i),
+                kRowwiseStream, s_.row_codes);
       }
       for (int64_t cc = 0; cc < ch.nc; ++cc) {
         const int64_t c = ch.c0 + cc;
@@ -266,6 +261,36 @@ class ExampleQuantizer {
         std::memcpy(row_scale_ + (r * c_ + c) * l_blocks + ch.l0 / kB,
                     sdb + cc * seg_blocks, seg_blocks);
       }
+    }
+  }
+
+  // out[j] = SR code of x[j] * enc[j] for the chunk's positions j of a panel
+  // row whose (a, k) index terms sum to `row_index`. Position jl of segment
+  // cc has the index row_index + seg_index[cc] - seg_last_ + uint32(seg_last_
+  // + jl): consecutive unless the last dim's term wraps (an offset near
+  // 2^32). Consecutive: the words come one pair (one Threefry call) at a time
+  // from the pair of the first index (the word select shifts by one where
+  // that index is odd); else one call per position.
+  void CodesSr(const float* x, const float* enc, const Chunk& ch,
+               uint64_t row_index, uint32_t stream, uint8_t* out) {
+    const bool wraps = seg_last_ > 0xFFFFFFFFu - (ch.nlp - 1);
+    for (int64_t cc = 0; cc < ch.nc; ++cc) {
+      const uint64_t first = row_index + s_.seg_index[cc];
+      const int64_t at = cc * ch.nlp;
+      if (wraps) {
+        const uint64_t row_c = first - seg_last_;
+        for (int64_t jl = 0; jl < ch.nlp; ++jl) {
+          const uint32_t last = seg_last_ + static_cast<uint32_t>(jl);
+          s_.sr_words[jl] =
+              StochasticRoundingWord(key0_, key1_, row_c + last, stream);
+        }
+        Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_words, out + at);
+        continue;
+      }
+      const int64_t odd = static_cast<int64_t>(first & 1u);
+      Loops::SrWords(MakeSrRun(key0_, key1_, first >> 1, stream),
+                     (ch.nlp + odd + 1) / 2, s_.sr_words);
+      Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_words + odd, out + at);
     }
   }
 
@@ -292,10 +317,8 @@ class ExampleQuantizer {
       if (sr_ == nullptr) {
         Loops::Codes(vals[i], s_.col_enc, width, s_.codes[i]);
       } else {
-        const SrRun run = MakeSrRun(key0_, key1_, a_index + sr_->K(k0 + i),
-                                    kColwiseStream);
-        Loops::CodesSr(vals[i], s_.col_enc, width, s_.pos_lo, s_.pos_hi, run,
-                       s_.codes[i]);
+        CodesSr(vals[i], s_.col_enc, ch, a_index + sr_->K(k0 + i),
+                kColwiseStream, s_.codes[i]);
       }
     }
     // Transposed write: position (c, l) -> col[c][l][a][k0 .. k0 + rows).
@@ -329,6 +352,7 @@ class ExampleQuantizer {
   Nvfp4TensorScale col_t_{};
   uint32_t key0_ = 0;
   uint32_t key1_ = 0;
+  uint32_t seg_last_ = 0;  // SR: the last dim's index term of the chunk's l0
 };
 
 template <typename Input, typename Loops>

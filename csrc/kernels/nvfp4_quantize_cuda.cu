@@ -175,11 +175,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
           int64_t l0;
           const int64_t row = DivMod(j * kVec, p.l, p.narrow, l0);
           const uint64_t row_index = SrMulti(p.sr, 0, p.sr.n - 1, row);
-          const int l_axis = p.sr.n - 1;
-          EncodeSr<kVec>(
-              v, enc, key0, key1, kRowwiseStream,
-              [&](int e) { return row_index + SrTerm(p.sr, l_axis, l0 + e); },
-              q);
+          const uint32_t last =
+              static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0));
+          EncodeSrRun<kVec>(v, enc, key0, key1, kRowwiseStream, row_index,
+                            last, q);
         } else if (has_nan) {
           EncodeExact<kVec>(v, enc, q);
         } else {
@@ -268,11 +267,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
       uint32_t q[4];
       if constexpr (kSr) {
         const uint64_t row_index = SrMulti(p.sr, 0, p.sr.n - 1, row);
-        const int l_axis = p.sr.n - 1;
-        EncodeSr<kB>(
-            v, enc, key0, key1, kRowwiseStream,
-            [&](int e) { return row_index + SrTerm(p.sr, l_axis, first + e); },
-            q);
+        const uint32_t last =
+            static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, first));
+        EncodeSrRun<kB>(v, enc, key0, key1, kRowwiseStream, row_index, last,
+                        q);
       } else if (has_nan) {
         EncodeExact<kB>(v, enc, q);
       } else {

@@ -132,7 +132,8 @@ __device__ __forceinline__ uint64_t SrMulti(const SrLayout& s, int begin,
 }
 
 // Stochastically rounded codes of N values times `enc`; element e has the
-// global index index_of(e).
+// global index index_of(e) (any indices: one Threefry call per element, the
+// word of its pair selected by the index's parity).
 template <int N, typename IndexOf>
 __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
                                          uint32_t key0, uint32_t key1,
@@ -148,6 +149,50 @@ __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
       c[e] = FloatToE2M1Stochastic(MulRn(v[4 * w + e], enc), word);
     }
     q[w] = Pack4(c[0], c[1], c[2], c[3]);
+  }
+}
+
+// Stochastically rounded codes of N values times `enc` along the last dim:
+// element e has the global index row + uint32(last + e) (`last`: the last
+// dim's term of element 0, the uint32 wrap of s + offset as in SrTerm). The
+// indices are consecutive unless that term wraps inside the run (then one
+// Threefry call per element, EncodeSr): one Threefry call per pair of
+// indices (2j, 2j + 1), N / 2 calls for an even first index, N / 2 + 1 for an
+// odd one (pair p then serves elements 2p - 1 (word 0) and 2p (word 1)).
+template <int N>
+__device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
+                                            uint32_t key0, uint32_t key1,
+                                            uint32_t stream, uint64_t row,
+                                            uint32_t last,
+                                            uint32_t (&q)[N / 4]) {
+  static_assert(N % 4 == 0, "whole code words");
+  if (last > 0xFFFFFFFFu - (N - 1)) {
+    EncodeSr<N>(
+        v, enc, key0, key1, stream,
+        [&](int e) { return row + static_cast<uint32_t>(last + e); }, q);
+    return;
+  }
+  const uint64_t first = row + last;
+  const bool odd = (first & 1u) != 0;
+  const uint64_t pair = first >> 1;
+  uint32_t word0;  // the words of pair p (p = 0 first)
+  uint32_t word1;
+  StochasticRoundingPair(key0, key1, pair, stream, word0, word1);
+  uint32_t c[4];
+#pragma unroll
+  for (int p = 0; p < N / 2; ++p) {
+    uint32_t next0 = 0;  // the words of pair p + 1, when needed
+    uint32_t next1 = 0;
+    if (p + 1 < N / 2 || odd) {
+      StochasticRoundingPair(key0, key1, pair + p + 1, stream, next0, next1);
+    }
+    const int e = 2 * p;
+    c[e % 4] = FloatToE2M1Stochastic(MulRn(v[e], enc), odd ? word1 : word0);
+    c[e % 4 + 1] =
+        FloatToE2M1Stochastic(MulRn(v[e + 1], enc), odd ? next0 : word1);
+    if (e % 4 == 2) q[e / 4] = Pack4(c[0], c[1], c[2], c[3]);
+    word0 = next0;
+    word1 = next1;
   }
 }
 

@@ -291,12 +291,9 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         if constexpr (kSr) {
           const int64_t l_first = at.l0 + lb * kB;
           const uint64_t base = sr_base + SrTerm(p.sr, p.k_axis, at.k0 + r);
-          EncodeSr<kB>(
-              v, enc, key0, key1, kRowwiseStream,
-              [&](int e) {
-                return base + SrTerm(p.sr, p.sr.n - 1, l_first + e);
-              },
-              q);
+          const uint32_t last =
+              static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l_first));
+          EncodeSrRun<kB>(v, enc, key0, key1, kRowwiseStream, base, last, q);
         } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
         } else {

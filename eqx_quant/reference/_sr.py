@@ -4,7 +4,8 @@ The random word of an element depends only on the key and the element's global i
 a stream id that separates the rowwise and colwise parts), so every implementation and every
 sharding draws the same bits. The generator is Threefry-2x32 with 20 rounds, the function
 behind `jax.random`'s default keys, written here with plain uint32 operations so the kernels
-can follow it line by line.
+can follow it line by line. One Threefry call serves two elements: the indices 2j and 2j + 1
+share the counter of j and take its output words 0 and 1.
 """
 
 import jax.numpy as jnp
@@ -40,9 +41,12 @@ def threefry2x32(
 def random_words(
     key: UInt32[Array, "2"], index_lo: UInt32[Array, "*s"], index_hi: UInt32[Array, "*s"], stream: int
 ) -> UInt32[Array, "*s"]:
-    """The element words `threefry2x32(key, (lo32(index), hi32(index) | stream << 31))[0]`."""
-    hi = index_hi | jnp.uint32((stream & 1) << 31)
-    return threefry2x32(key[0], key[1], index_lo, hi)[0]
+    """The element words `threefry2x32(key, (lo32(index >> 1), hi32(index >> 1) | stream << 31))`
+    `[index & 1]` of the 64-bit indices `(index_hi:index_lo)`."""
+    pair_lo = (index_lo >> jnp.uint32(1)) | (index_hi << jnp.uint32(31))
+    pair_hi = (index_hi >> jnp.uint32(1)) | jnp.uint32((stream & 1) << 31)
+    word0, word1 = threefry2x32(key[0], key[1], pair_lo, pair_hi)
+    return jnp.where((index_lo & jnp.uint32(1)) == 1, word1, word0)
 
 
 def global_index(
