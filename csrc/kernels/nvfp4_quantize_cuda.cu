@@ -24,8 +24,9 @@
 //     16-byte aligned buffers and 16-byte (8-byte for f32) aligned examples
 //     in the packed output. Each example is a flat run of 16-element blocks;
 //     a thread owns one 16-byte vector (8 bf16 / f16, 4 f32), so a block is
-//     2 (or 4) adjacent lanes and its amax a shuffle. 4 vectors per thread in
-//     flight (lane-contiguous 16-byte loads); the packed codes of a vector
+//     2 (or 4) adjacent lanes and its amax a shuffle. 4 vectors per thread
+//     (lane-contiguous 16-byte loads), loaded one step ahead so that they are
+//     in flight during the previous step's math; the packed codes of a vector
 //     (4 or 2 bytes) are exchanged in groups of 4 lanes (3 shuffles) so that
 //     each lane stores 4 consecutive vectors, 16 (8) contiguous bytes (a warp
 //     store covers 512 (256) contiguous bytes; streaming). The encode
@@ -56,6 +57,9 @@ using namespace nvfp4;  // NOLINT: the device helpers of this op
 
 constexpr int kThreads = 256;
 constexpr int kRowUnroll = 4;  // RowFastKernel: vectors in flight per thread
+// RowFastKernel's resident CTAs per SM (registers <= 64, <= 80 with SR).
+template <bool kSr>
+constexpr int kRowFastMinBlocks = kSr ? 3 : 4;
 
 // ---------------------------------------------------------------------------
 // Rowwise kernels.
@@ -108,8 +112,20 @@ __device__ __forceinline__ void GatherPieces(const uint32_t (&piece)[4],
   RotateBy(out, r);  // out[s] = lane s's piece[r]
 }
 
+// The kRowUnroll vectors of a lane at step `base` (zeros past the end),
+// streaming: x is not read again by this kernel.
+__device__ __forceinline__ void LoadRowVectors(const uint4* x, int64_t base,
+                                               int64_t vectors,
+                                               uint4 (&raw)[kRowUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {
+    const int64_t j = base + threadIdx.x + u * kThreads;
+    raw[u] = j < vectors ? __ldcs(x + j) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 template <typename In, bool kSr>
-__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
+__global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
     RowFastKernel(const __grid_constant__ RowParams p) {
   using Storage = typename In::Storage;
   constexpr int kVec = In::kVec;        // elements per thread vector
@@ -138,15 +154,17 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
 
     // Every lane runs every step (out-of-range vectors are zeros whose
     // results are not stored), so the shuffles are full-warp.
+    // The loads of step n + 1 are issued before step n's math: a lane always
+    // has kRowUnroll vectors in flight (prefetched into `next`).
     const int64_t step = int64_t{gridDim.x} * kThreads * kRowUnroll;
+    uint4 next[kRowUnroll];
+    LoadRowVectors(x, int64_t{blockIdx.x} * kThreads * kRowUnroll, vectors, next);
     for (int64_t base = int64_t{blockIdx.x} * kThreads * kRowUnroll;
          base < vectors; base += step) {
       uint4 raw[kRowUnroll];
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        const int64_t j = base + threadIdx.x + u * kThreads;
-        raw[u] = j < vectors ? __ldg(x + j) : make_uint4(0, 0, 0, 0);
-      }
+      for (int u = 0; u < kRowUnroll; ++u) raw[u] = next[u];
+      LoadRowVectors(x, base + step, vectors, next);
       uint32_t piece[kRowUnroll];  // packed codes of vector u
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
@@ -313,7 +331,7 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
                     (v.batch == 1 || (p.elements / 2) % store_bytes == 0);
   if (fast) {
     static const int per_sm = ResidentBlocks(RowFastKernel<In, kSr>, kThreads,
-                                             kQuantizeMinBlocks<kSr>);
+                                             kRowFastMinBlocks<kSr>);
     const int64_t vectors = p.elements / In::kVec;
     const int64_t want = CeilDiv(vectors, int64_t{kThreads} * kRowUnroll);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);

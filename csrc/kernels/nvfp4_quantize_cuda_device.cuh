@@ -146,7 +146,7 @@ __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
     for (int e = 0; e < 4; ++e) {
       const uint32_t word =
           StochasticRoundingWord(key0, key1, index_of(4 * w + e), stream);
-      c[e] = FloatToE2M1Stochastic(MulRn(v[4 * w + e], enc), word);
+      c[e] = E2M1StochasticCode(MulRn(v[4 * w + e], enc), word);
     }
     q[w] = Pack4(c[0], c[1], c[2], c[3]);
   }
@@ -187,9 +187,9 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
       StochasticRoundingPair(key0, key1, pair + p + 1, stream, next0, next1);
     }
     const int e = 2 * p;
-    c[e % 4] = FloatToE2M1Stochastic(MulRn(v[e], enc), odd ? word1 : word0);
+    c[e % 4] = E2M1StochasticCode(MulRn(v[e], enc), odd ? word1 : word0);
     c[e % 4 + 1] =
-        FloatToE2M1Stochastic(MulRn(v[e + 1], enc), odd ? next0 : word1);
+        E2M1StochasticCode(MulRn(v[e + 1], enc), odd ? next0 : word1);
     if (e % 4 == 2) q[e / 4] = Pack4(c[0], c[1], c[2], c[3]);
     word0 = next0;
     word1 = next1;

@@ -15,6 +15,9 @@
 //     EncodeExact<16> == FloatToE2M1(fl(v * enc)) per element, on 2M random
 //     NaN-free blocks (subnormals, infinities, zeros of both signs, extreme
 //     multipliers), and RawKey == NanFreeKey there;
+//   * E2M1StochasticCode(v, r) == FloatToE2M1Stochastic(v, r) for every
+//     97th bit pattern of v (every one with `full`) with r around the
+//     rounding threshold, 0, ~0 and random, and around every grid point;
 //   * Rht16Exact == Rht16 (the pairwise-sum matrix product, each output
 //     rounded to bf16) on 3M groups: all-zero groups of mixed signs (the -0
 //     rule), tiny subnormals whose products underflow, exact cancellations,
@@ -193,12 +196,48 @@ void CheckRht(Random& rng) {
 
 }  // namespace
 
+// E2M1StochasticCode == FloatToE2M1Stochastic: every 97th bit pattern (all
+// with `full`), both signs, NaN and inf included, each with random words and
+// the words around the value's rounding threshold (where `up` flips), and
+// around every grid point and step change.
+void CheckStochastic(bool full, Random& rng) {
+  auto check = [&](uint32_t b, uint32_t r) {
+    const float v = BitsToFloat(b);
+    Check(nv::E2M1StochasticCode(v, r) == eqx_quant::FloatToE2M1Stochastic(v, r),
+          "stochastic", b, r);
+  };
+  auto around_threshold = [&](uint32_t b) {
+    // The word where up flips (if the formula is right): u << 8.
+    const uint32_t magnitude = b & 0x7FFFFFFFu;
+    const float per_step = magnitude < 0x40000000u   ? 33554432.0f
+                           : magnitude < 0x40800000u ? 16777216.0f
+                                                     : 8388608.0f;
+    const uint32_t edge = nv::CeilToU32(BitsToFloat(magnitude) * per_step) << 8;
+    for (int d = -2; d <= 2; ++d) check(b, edge + static_cast<uint32_t>(d));
+    check(b, 0u);
+    check(b, 0xFFFFFFFFu);
+    check(b, rng.Bits());
+  };
+  const uint64_t step = full ? 1 : 97;
+  for (uint64_t b = 0; b <= 0xFFFFFFFFu; b += step) {
+    around_threshold(static_cast<uint32_t>(b));
+  }
+  for (uint32_t edge = 0x3E800000u; edge <= 0x40C00000u; edge += 0x00400000u) {
+    for (int d = -4; d <= 4; ++d) {
+      around_threshold(edge + static_cast<uint32_t>(d));
+      around_threshold((edge + static_cast<uint32_t>(d)) | 0x80000000u);
+    }
+  }
+  for (int i = 0; i < 1000000; ++i) around_threshold(rng.Bits());
+}
+
 int main(int argc, char** argv) {
   const bool full = argc > 1 && std::strcmp(argv[1], "full") == 0;
   Random rng(1);
   CheckMagnitudes(full);
   CheckEncoders(rng);
   CheckRht(rng);
+  CheckStochastic(full, rng);
   Check(nv::BytePerm(0x33221100u, 0x77665544u, 0x7531u) == 0x77553311u,
         "byte perm");
   Check(nv::HadamardNegativeMask(0) == 0 &&
