@@ -61,6 +61,9 @@ def kernels():
     reason = _register()
     if reason is not None:
         pytest.skip(reason)
+    # These test the CPU kernels: on the CPU device also where a GPU is the default.
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
 
 
 # ---------------------------------------------------------------------------------------------

@@ -69,6 +69,13 @@ except Exception as error:  # reported as the skip reason
 pytestmark = pytest.mark.skipif(_SKIP_REASON is not None, reason=str(_SKIP_REASON))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _on_cpu():
+    """These test the CPU kernel: on the CPU device also where a GPU is the default."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
