@@ -34,10 +34,6 @@ from ._primitive import Op, OpSpec
 # Node sums per dbias tree that a kernel returns (a power of two; 64 spreads an 8192-row
 # reduction over 64 x (columns / block) GPU blocks).
 DBIAS_SPLIT = 64
-# The same with current scaling: there the GPU kernel (dbias and amax in one pass) splits
-# each node over up to 8 cooperating blocks itself, so 8 nodes keep it as parallel, and the
-# top of the tree left to XLA is 3 levels (a small kernel each) instead of 6.
-DBIAS_SPLIT_CURRENT = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,20 +160,18 @@ def _local(params, example_spec, bind_inner, x, scale):
     nb, fa = params.n_batch, params.flatten_axis
     sharded_reduced = [i for i in range(fa) if example_spec[i] is not None]
     keep = max(sharded_reduced) if (params.with_dbias and sharded_reduced) else 0
-    amax_axes = tuple(a for e in example_spec for a in _sharding.axes_of(e))
-    inner = params
-    if params.scale_from_amax and amax_axes:
-        # The scale needs the global amax before the cast: one more pass over the local x.
-        scale = _global_current_scale(params, x, scale, amax_axes)
-        inner = dataclasses.replace(inner, scale_from_amax=False)
     split = 1
     if params.with_dbias and keep < fa:
         # The largest power of two (<= DBIAS_SPLIT) that divides the axis: its tree's nodes
         # at that depth are then equal chunks (with a remainder they would not be).
         length = x.shape[nb + keep]
-        most = DBIAS_SPLIT_CURRENT if inner.scale_from_amax else DBIAS_SPLIT
-        split = min(most, length & -length) if length > 0 else 1
-    inner = dataclasses.replace(inner, dbias_keep=keep, dbias_split=split)
+        split = min(DBIAS_SPLIT, length & -length) if length > 0 else 1
+    inner = dataclasses.replace(params, dbias_keep=keep, dbias_split=split)
+    amax_axes = tuple(a for e in example_spec for a in _sharding.axes_of(e))
+    if params.scale_from_amax and amax_axes:
+        # The scale needs the global amax before the cast: one more pass over the local x.
+        scale = _global_current_scale(params, x, scale, amax_axes)
+        inner = dataclasses.replace(inner, scale_from_amax=False)
     row, col, scale_inv, amax, dbias = bind_inner(x, scale, params=inner)
     if amax_axes:
         amax = lax.pmax(amax, amax_axes)
