@@ -221,7 +221,7 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
     else:
         amax = _group_amax(x2d, group_sizes, rpu)
         sr = quantizer.stochastic_rounding
-        keys = _group_keys(key_words, groups) if sr else jnp.zeros((groups, 2), jnp.uint32)
+        keys = _group_keys(key_words, groups) if sr else jnp.zeros((groups, 0), jnp.uint32)
         params = GroupedParams(
             kind="nvfp4", use_2d=quantizer.use_2d, stochastic_rounding=sr, **base
         )

@@ -68,7 +68,9 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
             rht_amax = lax.pmax(rht_amax, tuple(amax_axes))
     col_amax = rht_amax if use_rht else amax
     sr = quantizer.stochastic_rounding
-    key = key_words if sr else jnp.zeros((2,), jnp.uint32)
+    # Without SR the key words and index offset are not read: empty operands, which (unlike
+    # zero-filled ones) cost no kernel on the GPU.
+    key = key_words if sr else jnp.zeros((0,), jnp.uint32)
     params = Nvfp4QuantizeParams(
         flatten_axis=fa,
         rowwise=layout.has_rowwise,
@@ -79,7 +81,7 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
         stochastic_rounding=sr,
         impl=impl,
     )
-    offset = jnp.zeros((x.ndim,), jnp.int32)
+    offset = jnp.zeros((x.ndim if sr else 0,), jnp.int32)
     row, row_scale, col, col_scale = nvfp4_quantize_op.bind(
         x, amax, col_amax, key, offset, params=params
     )

@@ -189,3 +189,19 @@ def test_shard_map_without_amax_axes_is_local():
     for i in range(2):
         part = eqq.quantize(x[:, 64 * i : 64 * (i + 1)], q, impl=IMPL).rowwise.data
         bytes_equal(np.asarray(data)[:, 64 * i : 64 * (i + 1)], part, f"shard {i}")
+
+
+@pytest.mark.parametrize("sr", [False, True])
+def test_nvfp4_sr_operands_only_with_sr(sr):
+    """Without stochastic rounding the NVFP4 op gets empty key and offset operands (not read;
+    zero-filled ones cost an XLA kernel each on a GPU); with it, the key words and one offset
+    per dim, also under vmap."""
+    q = eqq.NVFP4Quantizer(q_layout=eqq.QuantizeLayout.ROWWISE, stochastic_rounding=sr)
+    key = jax.random.key(1) if sr else None
+    x = random_input((4, 32, 64), jnp.bfloat16, seed=3)
+    f = jax.jit(jax.vmap(lambda x: eqq.quantize(x, q, key=key, impl="ffi")))
+    hlo = f.lower(x).as_text()
+    calls = [line for line in hlo.splitlines() if "eqx_quant_nvfp4_quantize" in line]
+    assert len(calls) == 1, calls
+    key_type, offset_type = ("4x2xui32", "2xi32") if sr else ("4x0xui32", "0xi32")
+    assert f"tensor<{key_type}>, tensor<{offset_type}>) ->" in calls[0], calls[0]

@@ -59,6 +59,21 @@ def test_eager_jit_and_reference_agree(name):
     assert_same(eager, ref, f"{name} {IMPL} vs reference")
 
 
+@pytest.mark.skipif(IMPL != "ffi", reason="the kernel library has no grouped ops")
+@pytest.mark.parametrize("name", ["nvfp4", "nvfp4_2d_sr"])
+def test_nvfp4_keys_only_with_sr(name):
+    """Without stochastic rounding the grouped NVFP4 op gets empty (G, 0) keys (not read;
+    zero-filled ones cost an XLA kernel on a GPU); with it, two words per group."""
+    x, sizes = _inputs()
+    q = QUANTIZERS[name]()
+    f = jax.jit(lambda x, s: eqq.grouped_quantize(x, s, q, impl=IMPL, **_key_for(name)))
+    calls = [line for line in f.lower(x, sizes).as_text().splitlines()
+             if "nvfp4_quantize" in line and "custom_call" in line]
+    assert len(calls) == 1, calls
+    keys = "7x2xui32" if name.endswith("_sr") else "7x0xui32"
+    assert f"tensor<{keys}>" in calls[0], calls[0]
+
+
 @pytest.mark.parametrize("name", ["current", "mxfp8", "nvfp4"])
 def test_vmap_is_per_problem(name):
     """vmap over a batch of independent grouped problems (own x and own sizes each)."""

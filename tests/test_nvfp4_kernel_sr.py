@@ -111,6 +111,22 @@ def test_stochastic_rounding_changes_with_key_and_stream():
     assert (outs[0][0] != rn[0]).any() and (outs[0][1] == rn[1]).all()
 
 
+def test_round_to_nearest_reads_no_key_or_offset():
+    """Without SR the key words and the index offset are not read: empty operands (what
+    `quantize` passes) give the bytes of zero-filled ones, and so do other words."""
+    x = make_inputs((32, 64), jnp.float32, seed=9)  # 3 examples
+    amax = _amaxes(x)
+    zero = kernel_quantize(x, amax, amax, n_batch=1)
+    empty = kernel_quantize(x, amax, amax, n_batch=1, key=np.zeros((3, 0), np.uint32),
+                            offset=np.zeros((0,), np.int32))
+    other = kernel_quantize(x, amax, amax, n_batch=1, key=np.full((3, 2), 7, np.uint32),
+                            offset=np.array([3, 5], np.int32))
+    for a, b, c in zip(zero, empty, other):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    assert zero[0].size > 0 and zero[2].size > 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Tests: operand validation
 
@@ -163,6 +179,11 @@ def _quantize_error(**overrides):
         (dict(col_amax=np.ones((1,), np.int32)), ["col_amax", "s32", "f32"]),
         (dict(key=np.zeros((2,), np.int32)), ["key", "s32", "u32"]),
         (dict(offset=np.zeros((3,), np.int32)), ["offset", "[2]"]),
+        # Empty key / offset only without stochastic rounding.
+        (dict(key=np.zeros((0,), np.uint32), stochastic_rounding=True), ["key", "[0]", "[2]"]),
+        (dict(offset=np.zeros((0,), np.int32), stochastic_rounding=True),
+         ["offset", "[0]", "[2]"]),
+        (dict(key=np.zeros((1,), np.uint32)), ["key", "[1]", "B + (0,) without"]),
         (dict(block_axis=np.int64(1)), ["block_axis=1", "[0, 0]"]),
         (dict(block_axis=np.int64(-1)), ["block_axis=-1", "colwise=true"]),
         (dict(n_batch=np.int64(2)), ["n_batch=2"]),

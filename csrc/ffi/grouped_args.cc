@@ -297,8 +297,17 @@ ffi::ErrorOr<GroupedNvfp4QuantizeProblem> CheckGroupedNvfp4QuantizeOperands(
                                  Concat({vb->batch, g}), "Bt + (G,)")) {
     return *error;
   }
-  if (auto error = check.Operand("keys", keys, ffi::DataType::U32,
-                                 Concat({vb->batch, g2}), "Bt + (G, 2)")) {
+  // Without stochastic rounding the keys are not read, and may be empty.
+  const auto key_dims = keys.dimensions();
+  const bool empty_keys = !attrs.stochastic_rounding && key_dims.size() > 0 &&
+                          key_dims.back() == 0;
+  const std::vector<int64_t> g0 = {v.groups, 0};
+  if (auto error = check.Operand(
+          "keys", keys, ffi::DataType::U32,
+          Concat({vb->batch, empty_keys ? g0 : g2}),
+          attrs.stochastic_rounding
+              ? "Bt + (G, 2)"
+              : "Bt + (G, 2), or Bt + (G, 0) without stochastic rounding")) {
     return *error;
   }
   const std::vector<int64_t> rn = {v.rows, v.cols};

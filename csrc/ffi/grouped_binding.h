@@ -29,7 +29,7 @@
 // eqx_quant_grouped_nvfp4_quantize:
 //   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)
 //   Arg 1  amax         F32                   Bt + (G,)
-//   Arg 2  keys         U32                   Bt + (G, 2)
+//   Arg 2  keys         U32                   Bt + (G, 2)  (Bt + (G, 0) without SR)
 //   Arg 3  group_sizes  S32                   Bt + (G,)
 //   Ret 0  row          U8 (E2M1 codes)       Bt + (R, N) if rowwise, else (0,)
 //   Ret 1  row_scale    U8 (E4M3)             Bt + (Lr,) if rowwise, else (0,)

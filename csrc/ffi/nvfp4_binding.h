@@ -18,8 +18,8 @@
 //   Arg 0  x          F32 | F16 | BF16   B + S
 //   Arg 1  amax       F32                B + (1,)
 //   Arg 2  col_amax   F32                B + (1,)
-//   Arg 3  key        U32                B + (2,)
-//   Arg 4  offset     S32                (n,)
+//   Arg 3  key        U32                B + (2,)   (B + (0,) allowed without SR)
+//   Arg 4  offset     S32                (n,)       ((0,) allowed without SR)
 //   Ret 0  row        F4E2M1FN           B + S                     (rowwise)
 //   Ret 1  row_scale  F8E4M3FN           B + S[:n-1] + (ceil(L/16),)
 //   Ret 2  col        F4E2M1FN           B + S[fa:] + S[:fa]       (colwise)

@@ -292,7 +292,8 @@ void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
       sub.x = x + first * x_bytes;
       sub.amax = buffers.amax + slot;
       sub.col_amax = buffers.amax + slot;
-      sub.key = buffers.keys + 2 * slot;
+      // The keys are read (and present) only with stochastic rounding.
+      sub.key = problem.stochastic_rounding ? buffers.keys + 2 * slot : nullptr;
       sub.offset = zero_offset;
       if (row != nullptr) {
         row_scale.resize(static_cast<size_t>(rows * row_blocks));

@@ -4,7 +4,7 @@ reference and the kernels.
 - `eqx_quant_grouped_fp8_quantize(x, scale, group_sizes) -> (row, col, scale_inv, amax)`
 - `eqx_quant_grouped_mxfp8_quantize(x, group_sizes) -> (row, row_scale, col, col_scale)`
 - `eqx_quant_grouped_nvfp4_quantize(x, amax, keys, group_sizes) -> (row, row_scale, col,
-  col_scale)`
+  col_scale)`; `keys` is `(G, 2)` with stochastic rounding, else `(G, 0)` (not read)
 - `eqx_quant_grouped_dbias(x, group_sizes) -> dbias`
 
 `x` is the 2-D view `Bt + (R, N)` (`Bt` = vmapped batch dims, each example its own grouped

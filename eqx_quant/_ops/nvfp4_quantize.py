@@ -9,7 +9,8 @@
   `ScaledTensor` dtypes, so no conversion pass follows. `offset` is the global position of
   the local block (zeros unsharded; the partition adds each shard's position) and the inner
   primitive carries the unsharded shape, so the stochastic-rounding bits of every element
-  depend only on its global index.
+  depend only on its global index. `key` (`B + (2,)`) and `offset` (`(n,)`) are read only with
+  stochastic rounding; without it they may be empty (`B + (0,)`, `(0,)`).
 """
 
 import dataclasses
@@ -247,7 +248,9 @@ def _reference(params, x, amax, col_amax, key, offset):
         return _final_dtypes(*one(x, amax, col_amax, key))
     flat = lambda a, tail: a.reshape((-1,) + tail)  # noqa: E731
     s = x.shape[nb:]
-    outs = jax.vmap(one)(flat(x, s), flat(amax, (1,)), flat(col_amax, (1,)), flat(key, (2,)))
+    outs = jax.vmap(one)(
+        flat(x, s), flat(amax, (1,)), flat(col_amax, (1,)), flat(key, key.shape[nb:])
+    )
     avals = _abstract_eval(params, x, amax, col_amax, key, offset)
     return _final_dtypes(*(o.reshape(a.shape) for o, a in zip(outs, avals)))
 
@@ -331,7 +334,8 @@ def _partition(params, mesh, arg_infos, result_infos):
             else jnp.int32(0)
             for e, size in zip(example, local_sizes)
         ]
-        local_offset = offset + jnp.stack(starts) if n else offset
+        # The offset places SR indices; without SR it may be empty (and is not read).
+        local_offset = offset + jnp.stack(starts) if n and offset.shape[0] else offset
         return bind_inner(x, amax, col_amax, key, local_offset, params=inner)
 
     p = PartitionSpec(*spec)

@@ -166,7 +166,7 @@ def nvfp4_quantize(
     x: Float[Array, "..."],
     amax: Float[Array, "1"],
     col_amax: Float[Array, "1"],
-    key: Shaped[Array, "2"],
+    key: Shaped[Array, " w"],
     offset: Shaped[Array, " n"],
     *,
     block_axis: int,
@@ -180,7 +180,9 @@ def nvfp4_quantize(
 ) -> tuple[Array, Array, Array, Array]:
     """`(row, row_scale, col, col_scale)` of one example as uint8 E2M1 codes / E4M3 bytes.
 
-    Rowwise in x's shape; colwise in the T layout `S[fa:] + S[:fa]`; `(0,)` when absent."""
+    Rowwise in x's shape; colwise in the T layout `S[fa:] + S[:fa]`; `(0,)` when absent.
+    `key` (2 words) and `offset` (one per dim) are read only with stochastic rounding; without
+    it they may be empty."""
     shape = x.shape
     t = _nvfp4.NVFP4_BLOCK
     a, k, c, l = view_dims(shape, block_axis)
