@@ -298,13 +298,11 @@ ffi::ErrorOr<GroupedNvfp4QuantizeProblem> CheckGroupedNvfp4QuantizeOperands(
     return *error;
   }
   // Without stochastic rounding the keys are not read, and may be empty.
-  const auto key_dims = keys.dimensions();
-  const bool empty_keys = !attrs.stochastic_rounding && key_dims.size() > 0 &&
-                          key_dims.back() == 0;
   const std::vector<int64_t> g0 = {v.groups, 0};
   if (auto error = check.Operand(
           "keys", keys, ffi::DataType::U32,
-          Concat({vb->batch, empty_keys ? g0 : g2}),
+          Concat({vb->batch,
+                  EmptyWithoutSr(keys, attrs.stochastic_rounding) ? g0 : g2}),
           attrs.stochastic_rounding
               ? "Bt + (G, 2)"
               : "Bt + (G, 2), or Bt + (G, 0) without stochastic rounding")) {

@@ -183,19 +183,15 @@ ffi::ErrorOr<Nvfp4QuantizeProblem> CheckNvfp4QuantizeOperands(
   // Without stochastic rounding the key words and the index offset are not
   // read, and may be empty.
   const bool sr = attrs.stochastic_rounding;
-  const auto key_dims = key.dimensions();
-  const bool empty_key = !sr && key_dims.size() > 0 && key_dims.back() == 0;
   if (auto error = check.Operand(
           "key", key, ffi::DataType::U32,
-          Concat({batch, empty_key ? empty : two}),
+          Concat({batch, EmptyWithoutSr(key, sr) ? empty : two}),
           sr ? "B + (2,)" : "B + (2,), or B + (0,) without stochastic rounding")) {
     return *error;
   }
-  const auto offset_dims = offset.dimensions();
-  const bool empty_offset =
-      !sr && offset_dims.size() == 1 && offset_dims.front() == 0;
   if (auto error = check.Operand(
-          "offset", offset, ffi::DataType::S32, empty_offset ? empty : rank,
+          "offset", offset, ffi::DataType::S32,
+          EmptyWithoutSr(offset, sr) ? empty : rank,
           sr ? "(n,), n = rank of the per-example shape"
              : "(n,), n = rank of the per-example shape, or (0,) without "
                "stochastic rounding")) {

@@ -48,6 +48,15 @@ inline std::vector<int64_t> Concat(
   return out;
 }
 
+// Whether an operand that only stochastic rounding reads (NVFP4 key words,
+// index offset) is passed empty (last dim 0) where it is not read: its
+// expected shape then ends in 0 instead of its full length.
+inline bool EmptyWithoutSr(const xla::ffi::AnyBuffer& operand,
+                           bool stochastic_rounding) {
+  const auto dims = operand.dimensions();
+  return !stochastic_rounding && dims.size() > 0 && dims.back() == 0;
+}
+
 }  // namespace eqx_quant
 
 #endif  // EQX_QUANT_CSRC_FFI_OPERAND_TYPES_H_
