@@ -121,6 +121,18 @@ EQXQ_HOST_DEVICE constexpr int64_t SwizzleOffset(int64_t i, int64_t j,
          (i % 32) * 16 + ((i % kTileRows) / 32) * 4 + j % kTileCols;
 }
 
+// SwizzleOffset in 32-bit arithmetic (shifts and masks, no 64-bit multiply
+// or division) for device code whose whole scale buffer is < 2^32 bytes: then
+// i, j, padded_cols and the result all fit, and the result equals
+// SwizzleOffset's.
+EQXQ_HOST_DEVICE constexpr uint32_t SwizzleOffset32(uint32_t i, uint32_t j,
+                                                    uint32_t padded_cols) {
+  return ((i >> 7) * (padded_cols >> 2) + (j >> 2)) * 512u + (i & 31u) * 16u +
+         ((i >> 5) & 3u) * 4u + (j & 3u);
+}
+static_assert(kTileRows == 128 && kTileCols == 4,
+              "SwizzleOffset32 hard-codes the 128x4 tile");
+
 // The static length of a scale buffer: the largest total of the regions that
 // any group sizes can need (docs/grouped.md, "Block scales"):
 //   rowwise: 128 * pad4(ceil(N/B)) * W(R, G, 128)

@@ -194,12 +194,13 @@ void QuantizeExample(const Fp8QuantizeProblem& problem,
     const int num_reduced = static_cast<int>(problem.dbias_reduced_dims.size());
     int64_t reduced_rows = 1;
     for (int64_t dim : problem.dbias_reduced_dims) reduced_rows *= dim;
+    const int64_t split = problem.dbias_split;
     const int64_t vectors = std::max<int64_t>(
-        1, NestedTreeSumScratchVectors(reduced_dims, num_reduced));
+        {1, NestedTreeSumScratchVectors(reduced_dims, num_reduced),
+         TreeSumDepth(split)});
     workspace.tree.resize(static_cast<size_t>(vectors * panel));
     // Node p of the split axis covers [p*n/P, (p+1)*n/P) (P divides n); the
     // node's tree is the nested tree with the split axis shortened to it.
-    const int64_t split = problem.dbias_split;
     const int64_t split_len = num_reduced > 0 ? reduced_dims[0] : 1;
     const int64_t rows_per_index =
         split_len > 0 ? reduced_rows / split_len : 0;
@@ -217,6 +218,17 @@ void QuantizeExample(const Fp8QuantizeProblem& problem,
                         quantizer,
                         dbias_out + (kept * split + p) * cols + first_col,
                         workspace.tree.data());
+        }
+        // Node 0 := the tree over the split nodes, which is the whole axis'
+        // tree (the nodes are its depth-log2(split) subtrees); the other
+        // nodes stay as they are.
+        float* const nodes = dbias_out + kept * split * cols + first_col;
+        auto node = [&](int64_t p, float* out, float* /*free_scratch*/) {
+          const float* src = nodes + p * cols;
+          if (out != src) std::copy(src, src + width, out);
+        };
+        if (split > 1) {
+          TreeSum(0, split, width, node, nodes, workspace.tree.data());
         }
       }
       quantizer.FinishPanel();

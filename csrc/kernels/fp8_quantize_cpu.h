@@ -15,7 +15,10 @@ namespace eqx_quant::cpu {
 //   scale_inv[b] = 1.0f / scale[b]
 //   amax[b]      = max |float(x[b])|, NaN ignored, 0 if none
 //   dbias[b]     = canonical tree sum (common/tree_sum.h) of float(x[b]) over
-//                  the reduced row axes                        (if with_dbias)
+//                  the reduced row axes                        (if with_dbias):
+//                  per kept row, the dbias_split node sums of the split axis
+//                  with node 0 replaced by the tree over all of them (the
+//                  whole axis' tree)
 // The product is one IEEE f32 multiply and the sums IEEE f32 adds: the caller
 // must run this with round-to-nearest and without flush-to-zero /
 // denormals-are-zero (see common/scoped_ieee_float_env.h).

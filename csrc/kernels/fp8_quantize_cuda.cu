@@ -6,7 +6,8 @@
 // contraction), a saturating round-to-nearest-even cast to e4m3fn / e5m2 with
 // NaN -> 0x7F, scale_inv[b] = 1 / scale[b] (IEEE, NaN canonical), amax[b] =
 // max |x| ignoring NaN (subnormals kept), dbias = canonical tree sums, one per
-// node of the split axis' tree (NaN canonical).
+// node of the split axis' tree, node 0 then replaced by the tree over all of
+// them (NaN canonical).
 //
 // The FP8 cast is the hardware convert `cvt.rn.satfinite.{e4m3,e5m2}x2.f32`
 // (two values per instruction, SASS F2FP.SATFINITE). Its results equal
@@ -46,6 +47,9 @@
 //        * otherwise the amax kernel (CastRowwiseKernel without the cast),
 //          then the main kernel of (2), which waits for it, derives the scale
 //          from the finished amax and writes scale_inv.
+//   4. With dbias split into several nodes (dbias_split > 1):
+//      FinishDbiasNodesKernel sums each split's nodes into its node 0 (so
+//      XLA does not finish the tree in one small kernel per level).
 // No kernel spills (ptxas -warn-spills is on in CMake).
 
 #include <cuda_runtime.h>
@@ -251,6 +255,143 @@ LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
 }
 
 // ---------------------------------------------------------------------------
+// 4. Node 0 of each dbias split := the tree over its `split` node sums (a
+// power of two, so a perfect pairwise tree), which is the split axis' whole
+// tree; the other nodes are left as they are. One thread per column of each
+// (example, kept row). The nodes come in chunks of kChunk = min(split, 64),
+// all loaded at once (one memory round trip for split <= 64) and summed as a
+// perfect pairwise tree in registers; more chunks (split > 64) go through a
+// binary counter whose pending left subtrees are in shared memory (one slot
+// per level and thread).
+
+constexpr int kFinishThreads = 128;
+constexpr int kFinishMaxChunk = 64;
+
+// v[0] + ... + v[kWidth - 1] as the perfect pairwise tree (kWidth a power of
+// two), level by level in place; the sum ends in v[0]. Recursion over the
+// levels keeps every index a constant, so v stays in registers.
+template <int kWidth, int kN>
+__device__ __forceinline__ void PairwiseTree(float (&v)[kN]) {
+  if constexpr (kWidth > 1) {
+#pragma unroll
+    for (int j = 0; j < kWidth / 2; ++j) v[j] = __fadd_rn(v[2 * j], v[2 * j + 1]);
+    PairwiseTree<kWidth / 2>(v);
+  }
+}
+
+template <int kChunk>
+__global__ void __launch_bounds__(kFinishThreads)
+    FinishDbiasNodesKernel(float* __restrict__ dbias, int64_t trees,
+                           int64_t split, int64_t cols) {
+  extern __shared__ float pending[];  // [levels + 1][kFinishThreads]
+  const int64_t columns = trees * cols;
+  const int64_t chunks = split / kChunk;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishThreads + threadIdx.x;
+       c < columns; c += static_cast<int64_t>(gridDim.x) * kFinishThreads) {
+    float* const nodes = dbias + (c / cols) * split * cols + c % cols;
+    float sum = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      float v[kChunk];
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) v[u] = nodes[(chunk * kChunk + u) * cols];
+      PairwiseTree<kChunk>(v);
+      sum = v[0];
+      int level = 0;
+      // Each trailing 1 bit of the chunk index closes a subtree:
+      // (pending left) + right.
+      for (int64_t k = chunk; k & 1; k >>= 1, ++level) {
+        sum = __fadd_rn(pending[level * kFinishThreads + threadIdx.x], sum);
+      }
+      pending[level * kFinishThreads + threadIdx.x] = sum;
+    }
+    nodes[0] = CanonicalNan(sum);
+  }
+}
+
+bool FinishDbiasApplies(const Fp8QuantizeProblem& problem) {
+  return problem.with_dbias && problem.dbias_split > 1 && problem.cols > 0 &&
+         problem.batch * problem.dbias_kept_rows > 0;
+}
+
+template <int kChunk>
+LaunchStatus LaunchFinishChunks(const Fp8QuantizeProblem& problem,
+                                const Fp8QuantizeBuffers& buffers,
+                                cudaStream_t stream, int sms) {
+  int levels = 0;  // log2(chunks); the last chunk closes every level
+  while ((int64_t{kChunk} << levels) < problem.dbias_split) ++levels;
+  const size_t shared =
+      static_cast<size_t>(levels + 1) * kFinishThreads * sizeof(float);
+  const int64_t trees = problem.batch * problem.dbias_kept_rows;
+  const int64_t blocks = std::min<int64_t>(
+      (trees * problem.cols + kFinishThreads - 1) / kFinishThreads,
+      int64_t{sms} * 16);
+  FinishDbiasNodesKernel<kChunk>
+      <<<static_cast<unsigned>(blocks), kFinishThreads, shared, stream>>>(
+          buffers.dbias, trees, problem.dbias_split, problem.cols);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return Failed(error, "launching FinishDbiasNodesKernel");
+  }
+  return LaunchStatus{};
+}
+
+// split is a power of two > 1 (the FFI layer checks it).
+LaunchStatus LaunchFinishDbias(const Fp8QuantizeProblem& problem,
+                               const Fp8QuantizeBuffers& buffers,
+                               cudaStream_t stream, int sms) {
+  switch (std::min<int64_t>(problem.dbias_split, kFinishMaxChunk)) {
+    case 2:
+      return LaunchFinishChunks<2>(problem, buffers, stream, sms);
+    case 4:
+      return LaunchFinishChunks<4>(problem, buffers, stream, sms);
+    case 8:
+      return LaunchFinishChunks<8>(problem, buffers, stream, sms);
+    case 16:
+      return LaunchFinishChunks<16>(problem, buffers, stream, sms);
+    case 32:
+      return LaunchFinishChunks<32>(problem, buffers, stream, sms);
+    case kFinishMaxChunk:
+      return LaunchFinishChunks<kFinishMaxChunk>(problem, buffers, stream, sms);
+  }
+  return Invalid("dbias_split must be a power of two");
+}
+
+// ---------------------------------------------------------------------------
+// The kernels of (2) and (3): the cast, the amax, the dbias node sums.
+LaunchStatus LaunchMain(const Fp8QuantizeProblem& problem,
+                        const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
+                        int sms) {
+  const int64_t elements = problem.rows * problem.cols;
+  return DispatchTypes(problem, [&](auto input, auto format) {
+    using In = decltype(input);
+    constexpr Fp8Format kFormat = decltype(format)::value;
+    if (TreeSumsApply(problem)) {
+      const LaunchStatus sums = LaunchTreeSums(problem, buffers, stream);
+      if (!sums.ok) return sums;
+      Fp8QuantizeProblem cast = problem;  // the cast after the amax is known
+      cast.with_dbias = false;
+      if (TransposeApplies(cast, buffers)) {
+        return LaunchTranspose(cast, buffers, stream, sms);
+      }
+      if (cast.colwise) return LaunchWalk(cast, buffers, stream, sms);
+      return LaunchCast<In, kFormat, true>(cast, buffers, stream, sms);
+    }
+    if (problem.scale_from_amax && elements > 0) {
+      const LaunchStatus amax =
+          LaunchCast<In, kFormat, false>(problem, buffers, stream, sms);
+      if (!amax.ok) return amax;
+    }
+    if (TransposeApplies(problem, buffers)) {
+      return LaunchTranspose(problem, buffers, stream, sms);
+    }
+    if (problem.with_dbias || problem.colwise) {
+      return LaunchWalk(problem, buffers, stream, sms);
+    }
+    return LaunchCast<In, kFormat, true>(problem, buffers, stream, sms);
+  });
+}
+
+// ---------------------------------------------------------------------------
 // Self-test of the hardware convert against fp8_format.h.
 
 __global__ void Fp8ConvertSelfTestKernel(unsigned long long* mismatches,
@@ -303,33 +444,9 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
   if (CurrentCastApplies(problem, buffers)) {
     return LaunchCurrentCast(problem, buffers, stream, sms);
   }
-  return DispatchTypes(problem, [&](auto input, auto format) {
-    using In = decltype(input);
-    constexpr Fp8Format kFormat = decltype(format)::value;
-    if (TreeSumsApply(problem)) {
-      const LaunchStatus sums = LaunchTreeSums(problem, buffers, stream);
-      if (!sums.ok) return sums;
-      Fp8QuantizeProblem cast = problem;  // the cast after the amax is known
-      cast.with_dbias = false;
-      if (TransposeApplies(cast, buffers)) {
-        return LaunchTranspose(cast, buffers, stream, sms);
-      }
-      if (cast.colwise) return LaunchWalk(cast, buffers, stream, sms);
-      return LaunchCast<In, kFormat, true>(cast, buffers, stream, sms);
-    }
-    if (problem.scale_from_amax && elements > 0) {
-      const LaunchStatus amax =
-          LaunchCast<In, kFormat, false>(problem, buffers, stream, sms);
-      if (!amax.ok) return amax;
-    }
-    if (TransposeApplies(problem, buffers)) {
-      return LaunchTranspose(problem, buffers, stream, sms);
-    }
-    if (problem.with_dbias || problem.colwise) {
-      return LaunchWalk(problem, buffers, stream, sms);
-    }
-    return LaunchCast<In, kFormat, true>(problem, buffers, stream, sms);
-  });
+  const LaunchStatus main = LaunchMain(problem, buffers, stream, sms);
+  if (!main.ok || !FinishDbiasApplies(problem)) return main;
+  return LaunchFinishDbias(problem, buffers, stream, sms);
 }
 
 }  // namespace eqx_quant::cuda

@@ -13,6 +13,7 @@
 //   * SwizzleOffset is a bijection of each padded region onto [0, P*Q) and
 //     matches the tile permutation written the other way round (the
 //     reference's reshape(P/128, 4, 32, Q/4, 4).transpose(0, 3, 2, 1, 4));
+//     SwizzleOffset32 equals it there and at offsets just below 2^32;
 //   * GroupStarts: negative sizes count as 0, overflowing products and sums
 //     past R are clamped, rows_per_unit > 1.
 
@@ -92,10 +93,31 @@ void TestSwizzle() {
           const int64_t d = j / 4, e = j % 4;
           const int64_t want = (((a * (q / 4) + d) * 32 + c) * 4 + b) * 4 + e;
           EXPECT(o == want, "swizzle (%" PRId64 ", %" PRId64 ")", i, j);
+          EXPECT(g::SwizzleOffset32(static_cast<uint32_t>(i),
+                                    static_cast<uint32_t>(j),
+                                    static_cast<uint32_t>(q)) == o,
+                 "swizzle32 (%" PRId64 ", %" PRId64 ")", i, j);
           if (o >= 0 && o < p * q) ++seen[static_cast<size_t>(o)];
         }
       }
       for (int count : seen) EXPECT(count == 1, "swizzle not a bijection");
+    }
+  }
+}
+
+// SwizzleOffset32 equals SwizzleOffset up to offsets near 2^32 (the largest
+// scale buffer its device callers accept), in a region of Q = 2^20 columns.
+void TestSwizzle32Large() {
+  const int64_t q = int64_t{1} << 20;
+  const int64_t rows = (int64_t{1} << 32) / q;  // 4096: the region is 2^32 bytes
+  for (int64_t i = rows - 300; i < rows; i += 7) {
+    for (int64_t j = q - 9; j < q; ++j) {
+      const int64_t o = g::SwizzleOffset(i, j, q);
+      EXPECT(o < (int64_t{1} << 32), "large swizzle in range");
+      EXPECT(int64_t{g::SwizzleOffset32(static_cast<uint32_t>(i),
+                                        static_cast<uint32_t>(j),
+                                        static_cast<uint32_t>(q))} == o,
+             "swizzle32 (%" PRId64 ", %" PRId64 ")", i, j);
     }
   }
 }
@@ -129,6 +151,7 @@ void TestStarts() {
 int main() {
   TestWorstCase();
   TestSwizzle();
+  TestSwizzle32Large();
   TestStarts();
   std::printf("%" PRId64 " checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;

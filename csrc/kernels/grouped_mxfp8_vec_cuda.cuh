@@ -22,6 +22,8 @@
 //     16-byte stores (a warp instruction writes 512 contiguous bytes of a
 //     row) when N % 16 == 0 and the data outputs are 16-byte aligned ("wide");
 //     else 8-byte (4 for f32) stores straight from registers.
+// Scale offsets inside a region use 32-bit arithmetic (SwizzleOffset32): the
+// launcher takes this path only for scale buffers below 2^32 bytes.
 // Work items: per example, a warp-level pass over the group sizes gives the
 // group tiles' count T and start_G; items [0, T * col_tiles) are the group
 // tiles, the next ceil((R - start_G) / 32) * col_tiles the tail tiles that
@@ -176,7 +178,8 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
   const int lane = threadIdx.x % 32;
   const int64_t N = p.cols;
   const int64_t R = p.rs.rows;
-  const int64_t row_q = grouped::PadTo((N + kBlock - 1) / kBlock, 4);
+  const uint32_t row_q =
+      static_cast<uint32_t>(grouped::PadTo((N + kBlock - 1) / kBlock, 4));
   const int64_t row_blocks = (N + kBlock - 1) / kBlock;
 
   for (int64_t ex = 0; ex < p.batch; ++ex) {
@@ -355,7 +358,9 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
               blk < row_blocks) {
             const int64_t i = t.local0 + r;
             *reinterpret_cast<uint32_t*>(
-                scales + grouped::SwizzleOffset(i, blk, row_q)) = word;
+                scales + grouped::SwizzleOffset32(static_cast<uint32_t>(i),
+                                                  static_cast<uint32_t>(blk),
+                                                  row_q)) = word;
           }
         }
         flush(row_out);
@@ -378,7 +383,11 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
             const int column = c * In::kKeysPerWord + h;
             factors[column] = E8m0ReciprocalScale(e);
             const int64_t n = t.col0 + column;
-            if (n < N) scales[grouped::SwizzleOffset(n, b, t.col_q)] = e;
+            if (n < N) {
+              scales[grouped::SwizzleOffset32(static_cast<uint32_t>(n),
+                                              static_cast<uint32_t>(b),
+                                              t.col_q)] = e;
+            }
           }
         }
         __syncthreads();  // the factors are in

@@ -409,7 +409,10 @@ GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
       (grouped::WorstCaseUnits(v.rows, v.groups, kTileRows) +
        grouped::CeilDiv(v.rows, int64_t{kTileRows})) *
       col_tiles;
-  if (max_items >= int64_t{0x7FFFFFFF} || v.groups >= int64_t{0x7FFFFFFF}) {
+  // 32-bit scale offsets (SwizzleOffset32) need scale buffers below 2^32 bytes.
+  if (max_items >= int64_t{0x7FFFFFFF} || v.groups >= int64_t{0x7FFFFFFF} ||
+      problem.row_scale_bytes > int64_t{0xFFFFFFFF} ||
+      problem.col_scale_bytes > int64_t{0xFFFFFFFF}) {
     return GroupedLaunchStatus{};
   }
   // The examples run one after another: a batch of small problems is left to

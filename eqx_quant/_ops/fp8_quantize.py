@@ -12,9 +12,11 @@ One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX referenc
 - `dbias`: float32 canonical tree sums (see `reference/_tree.py`) or (0,). The public
   (outer) primitive returns them fully reduced, `B + S[fa:]`; the kernel (inner primitive)
   returns `B + S[:keep] + (split,) + S[fa:]`: the leading `keep` reduced axes unreduced (they
-  are sharded) and axis `keep` as `split` node sums of its tree (so a GPU can spread the
-  reduction over many blocks). `_finish_dbias` completes the same tree, gathering the partial
-  sums of sharded axes: the result is bit-identical under any power-of-two sharding.
+  are sharded) and axis `keep` as the `split` node sums of its tree (so a GPU can spread the
+  reduction over many blocks), with node 0 overwritten by the kernel's own finishing tree over
+  all nodes (the axis' whole local tree; the other nodes are scratch). `_finish_dbias` takes
+  node 0 and completes the tree over the sharded axes, gathering their partial sums: the
+  result is bit-identical under any power-of-two sharding.
 """
 
 import dataclasses
@@ -188,12 +190,16 @@ def _global_current_scale(params, x, fallback, amax_axes):
 
 
 def _finish_dbias(partial, n_batch, keep, reduced_spec):
-    """Complete the canonical tree: the split node sums of axis `keep`, then axes keep-1..0,
-    each gathered across its shards first when sharded (only the small partial sums move)."""
+    """Complete the canonical tree: axis `keep` (its local tree is node 0 of the kernel's split
+    nodes), then axes keep-1..0, each gathered across its shards first when sharded (only the
+    small partial sums move)."""
     for axis in range(keep, -1, -1):
         position = n_batch + axis
         # This device's part of the axis, then its other shards' parts.
-        partial = reference.tree_sum_by_slices(partial, position)
+        if axis == keep:
+            partial = lax.index_in_dim(partial, 0, position, keepdims=False)
+        else:
+            partial = reference.tree_sum_by_slices(partial, position)
         names = _sharding.axes_of(reduced_spec[axis]) if axis < len(reduced_spec) else ()
         if names:
             gathered = lax.all_gather(partial, names, axis=position, tiled=False)

@@ -92,10 +92,11 @@ def fp8_quantize(
     outputs have shape (0,); `dbias` holds float32 canonical tree sums over axes
     `dbias_keep..flatten_axis-1` (see `_tree.py`), with axis `dbias_keep` split into the
     `dbias_split` nodes of its tree: shape `S[:keep] + (split,) + S[fa:]` (split is 1 when
-    nothing is reduced). Not yet cast to x's dtype. With `scale_from_amax` the scale used is
+    nothing is reduced), node 0 then replaced by the tree over all nodes (the axis' whole
+    tree; the kernel finishes it, the other nodes are its scratch). Not yet cast to x's dtype. With `scale_from_amax` the scale used is
     `compute_scale(amax(x), q_dtype, 0, scale)` (current scaling; `scale` is the fallback).
     """
-    from ._tree import nested_tree_sum, split_tree_sum
+    from ._tree import nested_tree_sum, split_tree_sum, tree_sum
 
     empty = jnp.zeros((0,), q_dtype)
     if scale_from_amax:
@@ -111,4 +112,9 @@ def fp8_quantize(
     else:
         inner = nested_tree_sum(x.astype(jnp.float32), dbias_keep + 1, flatten_axis)
         dbias = split_tree_sum(inner, dbias_keep, dbias_split)
+        if dbias_split > 1:
+            # Node 0 := the tree over all nodes, i.e. the whole axis' tree (the nodes of a
+            # power-of-two split are its depth-log2(split) subtrees).
+            first = (slice(None),) * dbias_keep + (0,)
+            dbias = dbias.at[first].set(tree_sum(dbias, dbias_keep))
     return row, col, reciprocal(scale), amax(x), dbias
