@@ -147,6 +147,7 @@ SHAPES = [
     ((2, 512, 64), 2, "bf16", "e4m3"),
     ((400, 1040), -1, "bf16", "e4m3"),  # CastTransposeKernel: partial 128x128 tiles
     ((144, 260), -1, "f32", "e5m2"),
+    ((96, 40), -1, "bf16", "e4m3"),  # 32 dbias nodes (each split 2..64 finishes on the GPU)
 ]
 
 

@@ -15,6 +15,10 @@
 
 namespace eqx_quant {
 
+// The most dbias tree nodes a kernel returns per kept row (a power of two;
+// the Python layer's DBIAS_SPLIT, eqx_quant/_ops/fp8_quantize.py).
+inline constexpr int64_t kMaxDbiasSplit = 64;
+
 // Element type of the high-precision input.
 enum class InputType { kF32, kF16, kBF16 };
 
@@ -38,7 +42,9 @@ struct Fp8QuantizeProblem {
   int64_t dbias_kept_rows = 1;
   // The first reduced axis, S[dbias_keep], is split into dbias_split nodes of
   // its canonical tree (P divides n: node p covers indices [p*n/P, (p+1)*n/P));
-  // dbias holds one partial sum per node: batch x kept x dbias_split x cols.
+  // dbias holds one partial sum per node: batch x kept x dbias_split x cols,
+  // node 0 then replaced by the tree over all nodes (the whole axis' tree).
+  // A power of two <= kMaxDbiasSplit.
   int64_t dbias_split = 1;
   std::vector<int64_t> dbias_reduced_dims;
 };

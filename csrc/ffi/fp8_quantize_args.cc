@@ -57,10 +57,11 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
                            " is out of range [0, flatten_axis=" +
                            std::to_string(attrs.flatten_axis) + "]");
   }
-  if (attrs.dbias_split < 1 ||
+  if (attrs.dbias_split < 1 || attrs.dbias_split > kMaxDbiasSplit ||
       (attrs.dbias_split > 1 && attrs.dbias_keep >= attrs.flatten_axis)) {
     return kErrors.Fail("dbias_split=" + std::to_string(attrs.dbias_split) +
-                           " must be >= 1, and 1 when no axis is reduced");
+                        " must be in [1, " + std::to_string(kMaxDbiasSplit) +
+                        "], and 1 when no axis is reduced");
   }
   if (!attrs.rowwise && !attrs.colwise) {
     return kErrors.Fail(

@@ -256,16 +256,13 @@ LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
 
 // ---------------------------------------------------------------------------
 // 4. Node 0 of each dbias split := the tree over its `split` node sums (a
-// power of two, so a perfect pairwise tree), which is the split axis' whole
-// tree; the other nodes are left as they are. One thread per column of each
-// (example, kept row). The nodes come in chunks of kChunk = min(split, 64),
-// all loaded at once (one memory round trip for split <= 64) and summed as a
-// perfect pairwise tree in registers; more chunks (split > 64) go through a
-// binary counter whose pending left subtrees are in shared memory (one slot
-// per level and thread).
+// power of two <= kMaxDbiasSplit, so a perfect pairwise tree), which is the
+// split axis' whole tree; the other nodes are left as they are. A block takes
+// 32 columns of one (example, kept row): warp w sums the kPer = split /
+// kSlices consecutive nodes of slice w (a perfect subtree, all its loads in
+// flight at once), and warp 0 sums the kSlices slice sums.
 
-constexpr int kFinishThreads = 128;
-constexpr int kFinishMaxChunk = 64;
+constexpr int kFinishMaxSlices = 8;
 
 // v[0] + ... + v[kWidth - 1] as the perfect pairwise tree (kWidth a power of
 // two), level by level in place; the sum ends in v[0]. Recursion over the
@@ -279,32 +276,34 @@ __device__ __forceinline__ void PairwiseTree(float (&v)[kN]) {
   }
 }
 
-template <int kChunk>
-__global__ void __launch_bounds__(kFinishThreads)
+template <int kSlices, int kPer>
+__global__ void __launch_bounds__(32 * kSlices)
     FinishDbiasNodesKernel(float* __restrict__ dbias, int64_t trees,
-                           int64_t split, int64_t cols) {
-  extern __shared__ float pending[];  // [levels + 1][kFinishThreads]
-  const int64_t columns = trees * cols;
-  const int64_t chunks = split / kChunk;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishThreads + threadIdx.x;
-       c < columns; c += static_cast<int64_t>(gridDim.x) * kFinishThreads) {
-    float* const nodes = dbias + (c / cols) * split * cols + c % cols;
-    float sum = 0.0f;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      float v[kChunk];
+                           int64_t cols) {
+  constexpr int64_t kSplit = int64_t{kSlices} * kPer;
+  __shared__ float slice_sums[kSlices][32];
+  const int slice = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t col_chunks = (cols + 31) / 32;
+  for (int64_t work = blockIdx.x; work < trees * col_chunks; work += gridDim.x) {
+    const int64_t col = (work % col_chunks) * 32 + lane;
+    float* const nodes = dbias + (work / col_chunks) * kSplit * cols + col;
+    if (col < cols) {
+      float v[kPer];
 #pragma unroll
-      for (int u = 0; u < kChunk; ++u) v[u] = nodes[(chunk * kChunk + u) * cols];
-      PairwiseTree<kChunk>(v);
-      sum = v[0];
-      int level = 0;
-      // Each trailing 1 bit of the chunk index closes a subtree:
-      // (pending left) + right.
-      for (int64_t k = chunk; k & 1; k >>= 1, ++level) {
-        sum = __fadd_rn(pending[level * kFinishThreads + threadIdx.x], sum);
-      }
-      pending[level * kFinishThreads + threadIdx.x] = sum;
+      for (int u = 0; u < kPer; ++u) v[u] = nodes[(slice * kPer + u) * cols];
+      PairwiseTree<kPer>(v);
+      slice_sums[slice][lane] = v[0];
     }
-    nodes[0] = CanonicalNan(sum);
+    __syncthreads();
+    if (slice == 0 && col < cols) {
+      float v[kSlices];
+#pragma unroll
+      for (int w = 0; w < kSlices; ++w) v[w] = slice_sums[w][lane];
+      PairwiseTree<kSlices>(v);
+      nodes[0] = CanonicalNan(v[0]);
+    }
+    __syncthreads();  // the slice sums are read before the next work item
   }
 }
 
@@ -313,21 +312,16 @@ bool FinishDbiasApplies(const Fp8QuantizeProblem& problem) {
          problem.batch * problem.dbias_kept_rows > 0;
 }
 
-template <int kChunk>
-LaunchStatus LaunchFinishChunks(const Fp8QuantizeProblem& problem,
+template <int kSlices, int kPer>
+LaunchStatus LaunchFinishSlices(const Fp8QuantizeProblem& problem,
                                 const Fp8QuantizeBuffers& buffers,
                                 cudaStream_t stream, int sms) {
-  int levels = 0;  // log2(chunks); the last chunk closes every level
-  while ((int64_t{kChunk} << levels) < problem.dbias_split) ++levels;
-  const size_t shared =
-      static_cast<size_t>(levels + 1) * kFinishThreads * sizeof(float);
   const int64_t trees = problem.batch * problem.dbias_kept_rows;
-  const int64_t blocks = std::min<int64_t>(
-      (trees * problem.cols + kFinishThreads - 1) / kFinishThreads,
-      int64_t{sms} * 16);
-  FinishDbiasNodesKernel<kChunk>
-      <<<static_cast<unsigned>(blocks), kFinishThreads, shared, stream>>>(
-          buffers.dbias, trees, problem.dbias_split, problem.cols);
+  const int64_t work = trees * ((problem.cols + 31) / 32);
+  const int64_t blocks = std::min<int64_t>(work, int64_t{sms} * 16);
+  FinishDbiasNodesKernel<kSlices, kPer>
+      <<<static_cast<unsigned>(blocks), 32 * kSlices, 0, stream>>>(
+          buffers.dbias, trees, problem.cols);
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {
     return Failed(error, "launching FinishDbiasNodesKernel");
@@ -335,25 +329,26 @@ LaunchStatus LaunchFinishChunks(const Fp8QuantizeProblem& problem,
   return LaunchStatus{};
 }
 
-// split is a power of two > 1 (the FFI layer checks it).
+// split is a power of two in [2, kMaxDbiasSplit] (the FFI layer checks it).
 LaunchStatus LaunchFinishDbias(const Fp8QuantizeProblem& problem,
                                const Fp8QuantizeBuffers& buffers,
                                cudaStream_t stream, int sms) {
-  switch (std::min<int64_t>(problem.dbias_split, kFinishMaxChunk)) {
+  static_assert(kMaxDbiasSplit == 8 * kFinishMaxSlices, "one case per split");
+  switch (problem.dbias_split) {
     case 2:
-      return LaunchFinishChunks<2>(problem, buffers, stream, sms);
+      return LaunchFinishSlices<2, 1>(problem, buffers, stream, sms);
     case 4:
-      return LaunchFinishChunks<4>(problem, buffers, stream, sms);
+      return LaunchFinishSlices<4, 1>(problem, buffers, stream, sms);
     case 8:
-      return LaunchFinishChunks<8>(problem, buffers, stream, sms);
+      return LaunchFinishSlices<8, 1>(problem, buffers, stream, sms);
     case 16:
-      return LaunchFinishChunks<16>(problem, buffers, stream, sms);
+      return LaunchFinishSlices<8, 2>(problem, buffers, stream, sms);
     case 32:
-      return LaunchFinishChunks<32>(problem, buffers, stream, sms);
-    case kFinishMaxChunk:
-      return LaunchFinishChunks<kFinishMaxChunk>(problem, buffers, stream, sms);
+      return LaunchFinishSlices<8, 4>(problem, buffers, stream, sms);
+    case 64:
+      return LaunchFinishSlices<8, 8>(problem, buffers, stream, sms);
   }
-  return Invalid("dbias_split must be a power of two");
+  return Invalid("dbias_split must be a power of two <= 64");
 }
 
 // ---------------------------------------------------------------------------

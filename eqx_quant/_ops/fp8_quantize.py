@@ -34,7 +34,8 @@ from ._primitive import Op, OpSpec
 
 
 # Node sums per dbias tree that a kernel returns (a power of two; 64 spreads an 8192-row
-# reduction over 64 x (columns / block) GPU blocks).
+# reduction over 64 x (columns / block) GPU blocks). The kernels accept at most this many
+# (kMaxDbiasSplit, csrc/common/fp8_quantize_problem.h).
 DBIAS_SPLIT = 64
 
 
