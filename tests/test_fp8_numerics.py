@@ -164,6 +164,47 @@ def test_dbias_bit_exact(shape, fa, xd, impl):
     bytes_equal(t.rowwise.data, oracle.current_scaling(x, ml_dtypes.float8_e4m3fn, fa, True, False)["row"])
 
 
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("split", [2, 8, 64])
+def test_dbias_split_nodes_with_node_zero_finished(impl, split):
+    """The kernel's dbias split (inner primitive): node p holds the tree sum of its chunk of
+    rows, except node 0, which holds the tree over all nodes, i.e. the whole axis' sum, which
+    `_finish_dbias` takes. With a kept leading axis (dbias_keep=1), one split per kept index."""
+    from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
+
+    x = np.array(random_input((3, 128, 24), np.float32, seed=split))
+    x[1, 100, 3] = np.nan  # in a later node: reaches node 0 (as the canonical NaN)
+    params = Fp8QuantizeParams(
+        q_dtype="float8_e4m3fn", flatten_axis=2, rowwise=True, colwise=False,
+        with_dbias=True, impl=impl, dbias_keep=1, dbias_split=split,
+    )
+    *_, dbias = fp8_quantize_op.bind_inner(
+        jnp.asarray(x), jnp.ones((1,), jnp.float32), params=params
+    )
+    assert dbias.shape == (3, split, 24)
+    chunk = 128 // split
+    want = np.stack(
+        [np.stack([oracle.tree_sum(xk[p * chunk:(p + 1) * chunk], 0) for p in range(split)]) for xk in x]
+    )
+    want[:, 0] = np.stack([oracle.tree_sum(xk, 0) for xk in x])
+    f32_bits_equal(dbias, want, "dbias nodes")
+
+
+@pytest.mark.skipif("cpu" not in eqq.native_platforms(), reason="CPU kernel not built")
+def test_dbias_split_above_the_kernel_limit_is_rejected():
+    """The kernels take at most 64 dbias nodes per kept row (kMaxDbiasSplit)."""
+    from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
+
+    params = Fp8QuantizeParams(
+        q_dtype="float8_e4m3fn", flatten_axis=1, rowwise=True, colwise=False,
+        with_dbias=True, impl="ffi", dbias_split=128,
+    )
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"dbias_split=128 must be in \[1, 64\]"):
+        fp8_quantize_op.bind_inner(
+            jnp.ones((256, 8), jnp.float32), jnp.ones((1,), jnp.float32), params=params
+        )
+
+
 @pytest.mark.skipif("cpu" not in eqq.native_platforms(), reason="CPU kernel not built")
 @pytest.mark.parametrize("q", Q_DTYPES)
 def test_kernel_equals_reference_all_bf16_patterns(q):
