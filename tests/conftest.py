@@ -1,7 +1,8 @@
 """Test configuration: 8 fake CPU devices, strict promotion, optional CUDA requirement.
 
 `EQX_QUANT_REQUIRE_CUDA=1` (set on the GPU machine) turns every skip whose reason mentions
-CUDA into a failure, so a GPU run cannot silently test nothing.
+CUDA into a failure, so a GPU run cannot silently test nothing. `--shard=i/n` keeps every n-th
+collected test from the i-th on (`.ci/gpu_sanitize` runs shards side by side, one process each).
 """
 
 import os
@@ -15,7 +16,29 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shard", default="0/1", help="i/n: run only the collected tests i, i + n, i + 2n, ..."
+    )
+
+
+def _keep_shard(config, items):
+    text = config.getoption("--shard")
+    try:
+        index, count = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard must be i/n with integers, got {text!r}") from None
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"--shard={text}: need 0 <= i < n")
+    if count == 1:
+        return
+    dropped = [item for j, item in enumerate(items) if j % count != index]
+    items[:] = [item for j, item in enumerate(items) if j % count == index]
+    config.hook.pytest_deselected(items=dropped)
+
+
 def pytest_collection_modifyitems(config, items):
+    _keep_shard(config, items)
     if os.environ.get("EQX_QUANT_REQUIRE_CUDA") != "1":
         return
     for item in items:
