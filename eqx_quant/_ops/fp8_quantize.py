@@ -14,7 +14,7 @@ One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX referenc
   returns `B + S[:keep] + (split,) + S[fa:]`: the leading `keep` reduced axes unreduced (they
   are sharded) and axis `keep` as the `split` node sums of its tree (so a GPU can spread the
   reduction over many blocks), with node 0 overwritten by the kernel's own finishing tree over
-  all nodes (the axis' whole local tree; the other nodes are scratch). `_finish_dbias` takes
+  all nodes (the axis' whole local tree; the other nodes keep their sums). `_finish_dbias` takes
   node 0 and completes the tree over the sharded axes, gathering their partial sums: the
   result is bit-identical under any power-of-two sharding.
 """

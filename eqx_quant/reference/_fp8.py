@@ -93,8 +93,9 @@ def fp8_quantize(
     `dbias_keep..flatten_axis-1` (see `_tree.py`), with axis `dbias_keep` split into the
     `dbias_split` nodes of its tree: shape `S[:keep] + (split,) + S[fa:]` (split is 1 when
     nothing is reduced), node 0 then replaced by the tree over all nodes (the axis' whole
-    tree; the kernel finishes it, the other nodes are its scratch). Not yet cast to x's dtype. With `scale_from_amax` the scale used is
-    `compute_scale(amax(x), q_dtype, 0, scale)` (current scaling; `scale` is the fallback).
+    tree, finished by the kernel; the other nodes keep their sums). Not yet cast to x's dtype.
+    With `scale_from_amax` the scale used is `compute_scale(amax(x), q_dtype, 0, scale)`
+    (current scaling; `scale` is the fallback).
     """
     from ._tree import nested_tree_sum, split_tree_sum, tree_sum
 
