@@ -222,12 +222,12 @@ void QuantizeExample(const Fp8QuantizeProblem& problem,
         // Node 0 := the tree over the split nodes, which is the whole axis'
         // tree (the nodes are its depth-log2(split) subtrees); the other
         // nodes stay as they are.
-        float* const nodes = dbias_out + kept * split * cols + first_col;
-        auto node = [&](int64_t p, float* out, float* /*free_scratch*/) {
-          const float* src = nodes + p * cols;
-          if (out != src) std::copy(src, src + width, out);
-        };
         if (split > 1) {
+          float* const nodes = dbias_out + kept * split * cols + first_col;
+          auto node = [&](int64_t p, float* out, float* /*free_scratch*/) {
+            const float* src = nodes + p * cols;
+            if (out != src) std::copy(src, src + width, out);
+          };
           TreeSum(0, split, width, node, nodes, workspace.tree.data());
         }
       }

@@ -39,15 +39,13 @@ using cpu::F32Input;
 
 constexpr int kB = kNvfp4Block;
 
-// The counters of a run of element pairs (common/threefry.h): pair m has the
-// 64-bit pair index (first_hi:first_lo) + m and the counter
-// (lo32(pair), hi32(pair) | stream_bit).
+// A run of element pairs (common/threefry.h's StochasticRoundingPair): pair m
+// of the run is the pair index first_pair + m.
 struct SrRun {
   uint32_t key0;
   uint32_t key1;
-  uint32_t first_lo;
-  uint32_t first_hi;
-  uint32_t stream_bit;  // stream << 31
+  uint64_t first_pair;
+  uint32_t stream;
 };
 
 // dst[j] = float(src[j]).
@@ -136,14 +134,9 @@ void CodesBody(const float* __restrict x,
 EQXQ_NVFP4_ALWAYS_INLINE
 void SrWordsBody(const SrRun& run, int64_t pairs, uint32_t* __restrict out) {
   for (int64_t m = 0; m < pairs; ++m) {
-    const uint32_t lo = run.first_lo + static_cast<uint32_t>(m);
-    const uint32_t carry = lo < run.first_lo ? 1u : 0u;
-    const uint32_t hi = (run.first_hi + carry) | run.stream_bit;
-    uint32_t word0;
-    uint32_t word1;
-    Threefry2x32(run.key0, run.key1, lo, hi, word0, word1);
-    out[2 * m] = word0;
-    out[2 * m + 1] = word1;
+    StochasticRoundingPair(run.key0, run.key1,
+                           run.first_pair + static_cast<uint64_t>(m),
+                           run.stream, out[2 * m], out[2 * m + 1]);
   }
 }
 

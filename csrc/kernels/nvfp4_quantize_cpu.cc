@@ -144,12 +144,6 @@ class SrIndex {
   int a_end_, k_axis_, c_begin_, l_axis_ = 0;
 };
 
-SrRun MakeSrRun(uint32_t key0, uint32_t key1, uint64_t first_pair,
-                uint32_t stream) {
-  return SrRun{key0, key1, static_cast<uint32_t>(first_pair),
-               static_cast<uint32_t>(first_pair >> 32), stream << 31};
-}
-
 // Scratch.x[i] = the chunk's positions of panel row i (for i < rows), each
 // segment zero-padded to its 16-aligned length. The panel's rows are
 // w_count elements apart.
@@ -288,7 +282,7 @@ class ExampleQuantizer {
         continue;
       }
       const int64_t odd = static_cast<int64_t>(first & 1u);
-      Loops::SrWords(MakeSrRun(key0_, key1_, first >> 1, stream),
+      Loops::SrWords(SrRun{key0_, key1_, first >> 1, stream},
                      (ch.nlp + odd + 1) / 2, s_.sr_words);
       Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_words + odd, out + at);
     }
