@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import oracle
 import pytest
 
 from cuda_checks import assert_graph_replay_matches, assert_same_bytes
@@ -266,6 +267,61 @@ def test_current_scaling_in_one_launch(shape, x_name, where):
     flat[position] = 1000.0
     _check(x, "e4m3", combos=ROWWISE_ONLY)
     _check(x, "e5m2", combos=ROWWISE_ONLY + TWO_PASS)
+
+
+DBIAS_ROWWISE = ((eqq.QuantizeLayout.ROWWISE, True),)
+
+
+@pytest.mark.parametrize(
+    "shape,x_name,where",
+    [
+        ((8192, 520), "bf16", "last"),  # nodes of 128 rows; a partial last slab of columns
+        ((4096, 1024), "f16", "middle"),  # 64-row nodes: 2 per 128-row sub-tile
+        ((1024, 1032), "f32", "first"),  # 16-row nodes, f32 slabs of 128 columns
+        ((512, 40), "f32", "last"),  # 8-row nodes
+        ((2048, 24), "bf16", "middle"),  # 32-row nodes
+        ((256, 64), "bf16", "first"),  # 4-row nodes: one warp's rows each
+        ((32768, 72), "bf16", "last"),  # 512-row nodes: 4 sub-tiles merged per node
+        ((131072, 8), "f32", "middle"),  # 2048-row nodes: 16 sub-tiles, 4 counter levels
+        ((128, 16), "f16", "last"),  # split 64 of 2 rows: not this kernel (the two-pass path)
+    ],
+)
+def test_dbias_current_scaling_in_one_launch(shape, x_name, where):
+    """dbias + current scaling of one rowwise example runs as one cooperative launch (node
+    sums and amax in one read, grid sync, node 0 finished, cast); the largest |x| sits where a
+    block that casts early would show, and the node sums must equal the CPU reference's bit
+    for bit (every node, not only node 0)."""
+    x = _random(shape, X_DTYPES[x_name], seed=sum(shape) + 11)
+    flat = x.reshape(-1)
+    position = {"first": 3, "middle": flat.size // 2 + 5, "last": flat.size - 2}[where]
+    flat[position] = 1000.0
+    _check(x, "e4m3", combos=DBIAS_ROWWISE)
+    x[shape[0] // 3, : shape[1] // 2] = np.nan  # NaN nodes stay canonical NaN
+    x[shape[0] - 1, -1] = np.inf
+    _check(x, "e5m2", combos=DBIAS_ROWWISE)
+
+
+@pytest.mark.parametrize("rows", [256, 4096, 16384])
+def test_dbias_current_scaling_node_sums(rows):
+    """Every dbias node of the one-launch kernel (the inner primitive's split, not only the
+    finished node 0) equals the oracle's tree sum of its chunk of rows, node 0 the whole
+    axis' tree, bit for bit; nodes of 4, 64 and 256 rows."""
+    from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
+
+    x = _random((rows, 264), jnp.float32, seed=rows)
+    x[rows // 2 + 1, 7] = np.nan  # a later node: reaches node 0 as the canonical NaN
+    params = Fp8QuantizeParams(
+        q_dtype="float8_e4m3fn", flatten_axis=1, rowwise=True, colwise=False,
+        with_dbias=True, impl="ffi", scale_from_amax=True, dbias_split=64,
+    )
+    with jax.default_device(CUDA):
+        *_, dbias = fp8_quantize_op.bind_inner(
+            jax.device_put(x, CUDA), jnp.ones((1,), jnp.float32), params=params
+        )
+    want = np.stack([oracle.tree_sum(chunk, 0) for chunk in x.reshape(64, rows // 64, 264)])
+    want[0] = oracle.tree_sum(x, 0)
+    want = np.where(np.isnan(want), np.float32(np.nan), want)  # canonical 0x7FC00000
+    assert_same_bytes(np.asarray(dbias), want, "dbias nodes")
 
 
 @pytest.mark.parametrize("case", ["zeros", "nan", "inf", "subnormal", "unaligned"])

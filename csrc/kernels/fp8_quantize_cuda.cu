@@ -40,7 +40,12 @@
 //          CurrentCastKernel (fp8_current_cuda.cu), one cooperative launch
 //          after (1): amax, grid-wide sync, scale, cast, keeping part of x in
 //          shared memory and re-reading the rest in reverse order (L2 hits);
-//        * with dbias over one reduced axis: the dbias node sums and the
+//        * with dbias of a rowwise-only single example over one reduced axis
+//          whose nodes are 2^k >= 4 rows (rows % 128 == 0):
+//          DbiasCurrentCastKernel (fp8_dbias_current_cuda.cu), one
+//          cooperative launch after (1): node sums and amax in one read,
+//          grid-wide sync, node 0 finished, scale, cast (as above);
+//        * otherwise with dbias over one reduced axis: the dbias node sums and the
 //          amax in one pass (LaunchColumnTreeSums: the grouped dbias kernel
 //          over equal chunks of rows), then the main kernel of (2) without
 //          dbias, which derives the scale from the finished amax;
@@ -438,6 +443,9 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
 
   if (CurrentCastApplies(problem, buffers)) {
     return LaunchCurrentCast(problem, buffers, stream, sms);
+  }
+  if (DbiasCurrentCastApplies(problem, buffers)) {
+    return LaunchDbiasCurrentCast(problem, buffers, stream, sms);
   }
   const LaunchStatus main = LaunchMain(problem, buffers, stream, sms);
   if (!main.ok || !FinishDbiasApplies(problem)) return main;

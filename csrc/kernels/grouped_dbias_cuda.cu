@@ -55,7 +55,11 @@ using mxfp8::F32In;
 
 static_assert((1 << gdt::kWarpLevels) == kWarps, "one warp bit per warp");
 constexpr int kMaxClusterLevels = 3;  // 8 CTAs: the portable cluster size
-constexpr int kBlocksPerSm = 2;       // what __launch_bounds__ asks for
+// What __launch_bounds__ asks for: 4 CTAs per SM (64 registers, no spills)
+// keep the SM's loads going while other CTAs add, combine or start.
+constexpr int kBlocksPerSm = 4;
+// ClusterLevels' wave target: CTAs per SM per wave (tuned at 2 CTAs per SM).
+constexpr int kWaveCtasPerSm = 2;
 // Dynamic shared memory for the warps' binary counters (levels x lane
 // columns x threads floats); deeper trees take the 1-column kernel.
 constexpr int64_t kMaxStackBytes = 96 * 1024;
@@ -335,7 +339,7 @@ GroupedLaunchStatus LaunchTree(const TreeParams& p, int stack_levels,
 int ClusterLevels(const GroupedView& v, int64_t col_tiles) {
   const int64_t ctas = v.groups * std::min<int64_t>(col_tiles, 65535) *
                        std::min<int64_t>(v.batch, 65535);
-  const int64_t target = int64_t{SmCount()} * kBlocksPerSm * 4;
+  const int64_t target = int64_t{SmCount()} * kWaveCtasPerSm * 4;
   const int64_t group_rows = v.rows / std::max<int64_t>(v.groups, 1);
   int c = 0;
   while (c < kMaxClusterLevels && (ctas << c) < target &&

@@ -1,0 +1,457 @@
+// dbias + current scaling of a rowwise-only example in one cooperative launch
+// (sm_90a): the dbias node sums and the amax in one read of x, grid-wide
+// sync, scale, cast, node 0 finished. The float semantics are those of
+// fp8_quantize_cuda.cu (bit-identical to the CPU kernel).
+//
+// Applies when the dbias reduces the rows of one example (one kept row, one
+// reduced axis longer than 1) and its split leaves nodes of L = rows / split
+// rows, L a power of two >= 4: each node's canonical tree is then the perfect
+// pairwise tree over its rows.
+//
+// One block of kThreads (32 warps) per SM. A sub-tile is 128 rows x one slab
+// of 32 16-byte vectors per row (256 bf16 / f16 or 128 f32 columns, 64 KiB):
+// warp w reads rows 4w..4w+3 (a thread one vector per row, so each warp load
+// is 512 contiguous bytes), and a thread's 4 rows are the perfect subtree of
+// its columns' 4 leaves. A work item is max(L, 128) rows x one slab (the
+// node's 1 + (L - 1) / 128 sub-tiles in row order); items are dealt round
+// robin, block b taking items b, b + grid, ... (neighbouring slabs stream
+// together).
+//   Phase 1 reads the block's sub-tiles in order with the next one's loads in
+//   flight: the amax, each thread's 4-row sums into shared memory, one
+//   __syncthreads, then one thread per column sums the 32 warp sums as the
+//   perfect tree (for L < 128, the 32 / (L / 4) nodes of the sub-tile; for
+//   L >= 128 the sub-tile's sum, merged into the node's with a binary counter
+//   of pending sums per column in shared memory). Node sums are written to
+//   dbias (NaN canonical). Its first kept sub-tiles stay in shared memory
+//   (up to 3 x 64 KiB). One atomicMax per block, then a grid-wide sync.
+//   Phase 2: node 0 of the split := the perfect tree over its nodes (split
+//   <= 64: 8 lanes per column, each the perfect tree of split / 8 nodes, then
+//   3 shuffles), the scale from the finished amax (block 0 writes
+//   scale_inv), and the cast of the sub-tiles last-read first (L2 hits), the
+//   kept ones from shared memory.
+// InitKernel (zeroed amax) runs before this launch in plain stream order.
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
+#include "kernels/fp8_quantize_cuda.h"
+#include "kernels/fp8_quantize_cuda_device.cuh"
+#include "kernels/fp8_quantize_cuda_launch.h"
+
+namespace eqx_quant::cuda::fp8 {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerThread = 4;
+constexpr int kSubRows = kWarps * kRowsPerThread;  // 128
+constexpr int kSlabVectors = 32;                   // 16-byte vectors per row
+constexpr int kSubVectors = kThreads * kRowsPerThread;
+constexpr int64_t kSubBytes = int64_t{kSubVectors} * 16;  // 64 KiB
+constexpr int kMaxKept = 3;
+constexpr int kMaxLevels = 16;  // binary counter levels: L <= 128 * 2^16
+constexpr int kFinishLanes = 8;  // lanes per column finishing node 0
+
+struct DbiasCastParams {
+  const void* x;
+  const float* fallback;  // the scale for an amax that is 0, NaN or Inf
+  uint8_t* row;
+  float* scale_inv;
+  float* amax;   // zeroed by InitKernel
+  float* dbias;  // split x cols node sums; node 0 finished in phase 2
+  int64_t cols;
+  int64_t row_vectors;  // cols / kVec
+  int64_t slabs;        // ceil(row_vectors / kSlabVectors)
+  int64_t items;        // rows / max(L, 128) * slabs
+  int64_t split;        // dbias nodes (a power of two <= 64)
+  int node_warps;       // L / 4 if L < 128, else 32 (a sub-tile's sum)
+  int node_subs_log2;   // log2 of a node's sub-tiles (0 if L <= 128)
+  int kept;             // sub-tiles kept in shared memory per block
+};
+
+// A sub-tile: its place in x and in its node.
+struct SubTile {
+  int64_t row0;  // first row
+  int64_t vec0;  // first 16-byte vector of the row (slab * kSlabVectors)
+  int part;      // index of the sub-tile within its node (L > 128)
+};
+
+// The block's k-th sub-tile: sub-tile k % node_subs of its (k / node_subs)-th
+// item, the grid's item blockIdx.x + (k / node_subs) * gridDim.x (items are
+// row-major over (row run, slab)).
+__device__ __forceinline__ SubTile Locate(const DbiasCastParams& p,
+                                          int64_t k) {
+  // 32-bit division: the launcher takes this kernel only for < 2^31 items.
+  const uint32_t item = static_cast<uint32_t>(
+      blockIdx.x + (k >> p.node_subs_log2) * gridDim.x);
+  const int part = static_cast<int>(k & ((int64_t{1} << p.node_subs_log2) - 1));
+  const uint32_t run = item / static_cast<uint32_t>(p.slabs);
+  const int64_t slab = item - run * static_cast<uint32_t>(p.slabs);
+  return SubTile{((int64_t{run} << p.node_subs_log2) + part) * kSubRows,
+                 slab * kSlabVectors, part};
+}
+
+// This thread's vector column of the sub-tile is inside the rows.
+__device__ __forceinline__ bool LiveColumn(const DbiasCastParams& p,
+                                           const SubTile& t) {
+  return t.vec0 + threadIdx.x % 32 < p.row_vectors;
+}
+
+__device__ __forceinline__ void LoadSub(const DbiasCastParams& p,
+                                        const SubTile& t,
+                                        uint4 (&raw)[kRowsPerThread]) {
+  const uint4* x = static_cast<const uint4*>(p.x);
+  const bool live = LiveColumn(p, t);
+  const int64_t first = (t.row0 + (threadIdx.x / 32) * kRowsPerThread) *
+                            p.row_vectors + t.vec0 + threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    raw[r] = live ? LoadStreaming(x + first + r * p.row_vectors)
+                  : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// The perfect tree of kN values in index order, in place (the sum in v[0]).
+template <int kN, int kM>
+__device__ __forceinline__ void PerfectTree(float (&v)[kM]) {
+  if constexpr (kN > 1) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) v[i] = __fadd_rn(v[2 * i], v[2 * i + 1]);
+    PerfectTree<kN / 2>(v);
+  }
+}
+
+// Phase 1 for one sub-tile held in raw: the amax and this thread's column
+// sums over its 4 rows, stored in warp_sums[warp][column of the slab].
+template <typename In>
+__device__ __forceinline__ void SumRows(const uint4 (&raw)[kRowsPerThread],
+                                        float& amax, float* warp_sums) {
+  constexpr int kVec = In::kVec;
+  float v[kRowsPerThread][kVec];
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    In::Unpack(raw[r], v[r]);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
+  }
+  float s[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    s[e] = __fadd_rn(__fadd_rn(v[0][e], v[1][e]), __fadd_rn(v[2][e], v[3][e]));
+  }
+  float* dst = warp_sums + (threadIdx.x / 32) * (kSlabVectors * kVec) +
+               (threadIdx.x % 32) * kVec;
+#pragma unroll
+  for (int e = 0; e < kVec; e += 4) {
+    *reinterpret_cast<float4*>(dst + e) =
+        make_float4(s[e], s[e + 1], s[e + 2], s[e + 3]);
+  }
+}
+
+__device__ __forceinline__ void StoreNode(const DbiasCastParams& p,
+                                          int64_t node, int64_t col,
+                                          float value) {
+  p.dbias[node * p.cols + col] = CanonicalNan(value);
+}
+
+// One thread per slab column c (< the slab's live columns): the node sums of
+// the sub-tile from the 32 warp sums (node_warps of them per node), or for
+// L >= 128 the sub-tile's sum merged into the node's binary counter.
+__device__ __forceinline__ void FinishSubTile(const DbiasCastParams& p,
+                                              const SubTile& t, int64_t col,
+                                              const float* leaves,
+                                              int column_stride,
+                                              float* pending) {
+  const int nw = p.node_warps;
+  const int64_t first_node = t.row0 / (int64_t{nw} * kRowsPerThread);
+  float chunk[kWarps / 8];
+#pragma unroll
+  for (int ch = 0; ch < kWarps / 8; ++ch) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = leaves[(8 * ch + i) * column_stride];
+    const int64_t node = first_node + ch * 8 / nw;
+    if (nw == 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) StoreNode(p, node + i, col, v[i]);
+      continue;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = __fadd_rn(v[2 * i], v[2 * i + 1]);
+    if (nw == 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) StoreNode(p, node + i, col, v[i]);
+      continue;
+    }
+    v[0] = __fadd_rn(v[0], v[1]);
+    v[1] = __fadd_rn(v[2], v[3]);
+    if (nw == 4) {
+      StoreNode(p, node, col, v[0]);
+      StoreNode(p, node + 1, col, v[1]);
+      continue;
+    }
+    chunk[ch] = __fadd_rn(v[0], v[1]);
+    if (nw == 8) StoreNode(p, node, col, chunk[ch]);
+  }
+  if (nw == 16) {
+    StoreNode(p, first_node, col, __fadd_rn(chunk[0], chunk[1]));
+    StoreNode(p, first_node + 1, col, __fadd_rn(chunk[2], chunk[3]));
+  } else if (nw == 32) {
+    float sum = __fadd_rn(__fadd_rn(chunk[0], chunk[1]),
+                          __fadd_rn(chunk[2], chunk[3]));
+    // Binary counter over the node's sub-tiles (a perfect tree: their count
+    // is a power of two): merge with the pending left siblings.
+    int level = 0;
+    for (; (t.part >> level) & 1; ++level) {
+      sum = __fadd_rn(pending[level * column_stride], sum);
+    }
+    if (level == p.node_subs_log2) {
+      StoreNode(p, t.row0 / (int64_t{kSubRows} << p.node_subs_log2), col, sum);
+    } else {
+      pending[level * column_stride] = sum;
+    }
+  }
+}
+
+// Node 0 of the split := the perfect tree over all `split` nodes, per column:
+// lanes 8c..8c+7 of the grid's threads take column c, lane i the perfect tree
+// of nodes [i * per, (i + 1) * per) (per = split / 8, or 1 with split / 8
+// lanes when split < 8; missing nodes are -0.0, the identity, at the end),
+// then a shuffle tree over the 8 lanes in order.
+__device__ __forceinline__ void FinishNodeZero(const DbiasCastParams& p) {
+  const int lane = threadIdx.x % kFinishLanes;
+  const int per =
+      p.split > kFinishLanes ? static_cast<int>(p.split / kFinishLanes) : 1;
+  const unsigned group = 0xFFu << (threadIdx.x % 32 & ~7);
+  const int64_t stride = int64_t{gridDim.x} * (kThreads / kFinishLanes);
+  // Whole aligned 8-lane groups run each column or leave together.
+  for (int64_t col = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / kFinishLanes;
+       col < p.cols; col += stride) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t node = int64_t{lane} * per + i;
+      v[i] = i < per && node < p.split ? __ldcg(p.dbias + node * p.cols + col)
+                                       : -0.0f;
+    }
+    PerfectTree<8>(v);
+    float sum = v[0];
+#pragma unroll
+    for (int d = 1; d < kFinishLanes; d *= 2) {
+      const float right = __shfl_down_sync(group, sum, d, kFinishLanes);
+      if (lane % (2 * d) == 0) sum = __fadd_rn(sum, right);
+    }
+    // Every lane has read its nodes (the shuffles above) before node 0 is
+    // overwritten.
+    if (lane == 0) p.dbias[col] = CanonicalNan(sum);
+  }
+}
+
+template <typename In, Fp8Format kFormat>
+__device__ __forceinline__ void CastSub(const DbiasCastParams& p,
+                                        const SubTile& t,
+                                        const uint4 (&raw)[kRowsPerThread],
+                                        float scale) {
+  constexpr int kVec = In::kVec;
+  if (!LiveColumn(p, t)) return;
+  const int64_t first = (t.row0 + (threadIdx.x / 32) * kRowsPerThread) *
+                            p.row_vectors + t.vec0 + threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    float v[kVec];
+    In::Unpack(raw[r], v);
+    uint32_t q[kVec / 4];
+    CastVec<kFormat>(v, scale, q);
+    StoreCastWords(p.row + (first + r * p.row_vectors) * kVec, q);
+  }
+}
+
+__device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
+                                         const uint4* kept, int64_t k,
+                                         const SubTile& t,
+                                         uint4 (&raw)[kRowsPerThread]) {
+  if (k < p.kept) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      raw[r] = kept[k * kSubVectors + r * kThreads + threadIdx.x];
+    }
+  } else {
+    LoadSub(p, t, raw);
+  }
+}
+
+template <typename In, Fp8Format kFormat>
+__global__ void __launch_bounds__(kThreads, 1)
+    DbiasCurrentCastKernel(const __grid_constant__ DbiasCastParams p) {
+  constexpr int kSlabCols = kSlabVectors * In::kVec;
+  // Dynamic shared memory: the kept sub-tiles, the warp sums (32 x slab
+  // columns), the binary counter (levels x slab columns).
+  extern __shared__ __align__(16) uint4 smem[];
+  __shared__ float warp_max[kWarps];
+  uint4* kept = smem;
+  float* warp_sums = reinterpret_cast<float*>(smem + p.kept * kSubVectors);
+  float* pending = warp_sums + kWarps * kSlabCols;
+  const int tid = threadIdx.x;
+  const int64_t count =
+      ((p.items - blockIdx.x + gridDim.x - 1) / gridDim.x) << p.node_subs_log2;
+  auto sub = [&](int64_t k) { return Locate(p, k); };
+
+  // Phase 1.
+  float amax = 0.0f;
+  uint4 next[kRowsPerThread];
+  if (count > 0) LoadSub(p, sub(0), next);
+  for (int64_t k = 0; k < count; ++k) {
+    const SubTile t = sub(k);
+    uint4 raw[kRowsPerThread];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) raw[r] = next[r];
+    if (k + 1 < count) LoadSub(p, sub(k + 1), next);
+    if (k < p.kept) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        kept[k * kSubVectors + r * kThreads + tid] = raw[r];
+      }
+    }
+    SumRows<In>(raw, amax, warp_sums);
+    __syncthreads();
+    const int64_t col = t.vec0 * In::kVec + tid;
+    if (tid < kSlabCols && col < p.cols) {
+      FinishSubTile(p, t, col, warp_sums + tid, kSlabCols, pending + tid);
+    }
+    __syncthreads();  // the warp sums are read before the next sub-tile's
+  }
+  amax = BlockMax<kThreads>(amax, warp_max);
+  if (tid == 0 && amax > 0.0f) {
+    atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
+  }
+  cg::this_grid().sync();
+
+  // Phase 2.
+  FinishNodeZero(p);
+  constexpr int64_t kPerStep = In::kVec == 8 ? 2 : 1;
+  const float scale = ScaleFromAmax(__ldcg(p.amax), *p.fallback, kFormat);
+  if (blockIdx.x == 0 && tid == 0) *p.scale_inv = ScaleInverse(scale);
+  for (int64_t k = count - 1; k >= 0; k -= kPerStep) {
+    uint4 a[kRowsPerThread];
+    uint4 b[kRowsPerThread];
+    const SubTile ta = sub(k);
+    FetchSub(p, kept, k, ta, a);
+    const bool second = kPerStep == 2 && k >= 1;
+    SubTile tb{};
+    if (second) {
+      tb = sub(k - 1);
+      FetchSub(p, kept, k - 1, tb, b);
+    }
+    CastSub<In, kFormat>(p, ta, a, scale);
+    if (second) CastSub<In, kFormat>(p, tb, b, scale);
+  }
+}
+
+int Log2(int64_t n) {
+  int k = 0;
+  while ((int64_t{1} << k) < n) ++k;
+  return k;
+}
+
+template <typename In, Fp8Format kFormat>
+LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
+                      const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
+                      int sms) {
+  auto* kernel = &DbiasCurrentCastKernel<In, kFormat>;
+  constexpr int64_t kSlabCols = int64_t{kSlabVectors} * In::kVec;
+  const int64_t node_rows = problem.rows / problem.dbias_split;
+  DbiasCastParams p;
+  p.x = buffers.x;
+  p.fallback = buffers.scale;
+  p.row = buffers.row;
+  p.scale_inv = buffers.scale_inv;
+  p.amax = buffers.amax;
+  p.dbias = buffers.dbias;
+  p.cols = problem.cols;
+  p.row_vectors = problem.cols / In::kVec;
+  p.slabs = (p.row_vectors + kSlabVectors - 1) / kSlabVectors;
+  p.split = problem.dbias_split;
+  p.node_warps = static_cast<int>(std::min<int64_t>(node_rows, kSubRows) /
+                                  kRowsPerThread);
+  p.node_subs_log2 = Log2(std::max<int64_t>(node_rows / kSubRows, 1));
+  p.items = problem.rows / std::max<int64_t>(node_rows, kSubRows) * p.slabs;
+
+  static int optin = [] {
+    int device = 0;
+    int bytes = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               device) != cudaSuccess) {
+      cudaGetLastError();
+      bytes = 48 * 1024;
+    }
+    return bytes;
+  }();
+  const int64_t fixed = (kWarps + p.node_subs_log2) * kSlabCols * 4;
+  const int64_t static_bytes = kWarps * 4;
+  const int64_t room = (optin - fixed - static_bytes) / kSubBytes;
+  // At most one block per SM, all resident at once for the grid sync, and
+  // none without a sub-tile.
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, p.items));
+  const int64_t per_block = ((p.items + grid - 1) / grid) << p.node_subs_log2;
+  p.kept = static_cast<int>(std::clamp<int64_t>(std::min(room, per_block), 0,
+                                                kMaxKept));
+  const size_t shared_bytes = static_cast<size_t>(p.kept * kSubBytes + fixed);
+  cudaError_t error = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(shared_bytes));
+  if (error != cudaSuccess) {
+    return Failed(error, "setting DbiasCurrentCastKernel's shared memory");
+  }
+  if (BlocksPerSm(kernel, kThreads, shared_bytes) < 1) {
+    return Invalid("DbiasCurrentCastKernel does not fit on an SM");
+  }
+  error = Launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
+                 shared_bytes, stream, 1, p, /*cooperative=*/true);
+  if (error != cudaSuccess) {
+    return Failed(error, "launching DbiasCurrentCastKernel");
+  }
+  return LaunchStatus{};
+}
+
+}  // namespace
+
+bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
+                             const Fp8QuantizeBuffers& buffers) {
+  const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
+  int64_t long_axes = 0;
+  for (int64_t d : problem.dbias_reduced_dims) long_axes += d > 1 ? 1 : 0;
+  if (!(problem.scale_from_amax && problem.with_dbias && problem.batch == 1 &&
+        problem.rowwise && !problem.colwise && problem.dbias_kept_rows == 1 &&
+        long_axes <= 1 && problem.rows > 0 && problem.cols > 0 &&
+        problem.cols % vec == 0 && problem.dbias_split > 0 &&
+        problem.dbias_split <= kMaxDbiasSplit && Aligned16(buffers.x) &&
+        Aligned16(buffers.row) && problem.rows % problem.dbias_split == 0)) {
+    return false;
+  }
+  const int64_t node_rows = problem.rows / problem.dbias_split;
+  const bool power_of_two = (node_rows & (node_rows - 1)) == 0;
+  const int64_t items = problem.rows / std::max<int64_t>(node_rows, kSubRows) *
+                       ((problem.cols / vec + kSlabVectors - 1) / kSlabVectors);
+  return power_of_two && node_rows >= kRowsPerThread &&
+         problem.rows % kSubRows == 0 && items < (int64_t{1} << 31) &&
+         node_rows <= (int64_t{kSubRows} << kMaxLevels);
+}
+
+LaunchStatus LaunchDbiasCurrentCast(const Fp8QuantizeProblem& problem,
+                                    const Fp8QuantizeBuffers& buffers,
+                                    cudaStream_t stream, int sms) {
+  return DispatchTypes(problem, [&](auto input, auto format) {
+    return LaunchOf<decltype(input), decltype(format)::value>(
+        problem, buffers, stream, sms);
+  });
+}
+
+}  // namespace eqx_quant::cuda::fp8
