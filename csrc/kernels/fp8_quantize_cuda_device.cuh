@@ -128,6 +128,49 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
   return r;
 }
 
+// L2 eviction policies (createpolicy, sm_80+) for the cache_hint accesses
+// below: the cooperative current-scaling kernels keep the tiles that their
+// second pass re-reads first (evict_last) over everything else (evict_first).
+// `hinted` false gives evict_normal, the plain accesses' priority.
+__device__ __forceinline__ uint64_t L2PolicyLast(bool hinted) {
+  uint64_t last;
+  uint64_t normal;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(last));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+  return hinted ? last : normal;
+}
+__device__ __forceinline__ uint64_t L2PolicyFirst(bool hinted) {
+  uint64_t first;
+  uint64_t normal;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(first));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+  return hinted ? first : normal;
+}
+
+// LoadStreaming with an L2 eviction policy.
+__device__ __forceinline__ uint4 LoadStreaming(const void* p, uint64_t policy) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, "
+      "[%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p), "l"(policy));
+  return r;
+}
+
+// StoreCastWords (kVec / 4 words) with an L2 eviction policy.
+template <int kWords>
+__device__ __forceinline__ void StoreCastWordsWithPolicy(
+    void* dst, const uint32_t (&q)[kWords], uint64_t policy) {
+  if constexpr (kWords == 2) {
+    asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;"
+                 :: "l"(dst), "r"(q[0]), "r"(q[1]), "l"(policy) : "memory");
+  } else {
+    static_assert(kWords == 1, "8 or 4 elements per 16-byte vector");
+    asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;"
+                 :: "l"(dst), "r"(q[0]), "l"(policy) : "memory");
+  }
+}
+
 // The kVec elements at p[0..valid) packed like a 16-byte load, zero-filled
 // (for rows that are not 16-byte aligned or the last partial vector).
 template <typename In>

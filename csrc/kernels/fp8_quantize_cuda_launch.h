@@ -31,6 +31,35 @@ inline bool UsePdl() {
   return use;
 }
 
+// EQX_QUANT_CUDA_L2_HINTS=0 turns off the L2 eviction priorities of the
+// cooperative current-scaling kernels (evict_normal everywhere; for
+// measurements: results do not depend on it).
+inline bool UseL2Hints() {
+  static const bool use = [] {
+    const char* value = std::getenv("EQX_QUANT_CUDA_L2_HINTS");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return use;
+}
+
+// Tiles of `tile_bytes` per block (of `grid`) that fit in about 60% of the L2
+// (the rest for the outputs written meanwhile and other lines).
+inline int64_t L2TilesPerBlock(int64_t grid, int64_t tile_bytes) {
+  static const int64_t l2_bytes = [] {
+    int device = 0;
+    int bytes = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) !=
+            cudaSuccess) {
+      cudaGetLastError();
+      bytes = 0;
+    }
+    return int64_t{bytes};
+  }();
+  if (!UseL2Hints() || grid <= 0) return 0;
+  return l2_bytes * 6 / 10 / (grid * tile_bytes);
+}
+
 inline LaunchStatus Failed(cudaError_t error, const char* what) {
   LaunchStatus status;
   status.ok = false;
