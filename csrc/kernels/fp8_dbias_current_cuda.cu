@@ -10,28 +10,30 @@
 //
 // One block of kThreads (32 warps) per SM. A sub-tile is 128 rows x one slab
 // of 32 16-byte vectors per row (256 bf16 / f16 or 128 f32 columns, 64 KiB):
-// warp w reads rows 4w..4w+3 (a thread one vector per row, so each warp load
-// is 512 contiguous bytes), and a thread's 4 rows are the perfect subtree of
-// its columns' 4 leaves. A work item is max(L, 128) rows x one slab (the
-// node's 1 + (L - 1) / 128 sub-tiles in row order); items are dealt round
-// robin, block b taking items b, b + grid, ... (neighbouring slabs stream
-// together).
-//   Phase 1 reads the block's sub-tiles in order with the next one's loads in
-//   flight: the amax, each thread's 4-row sums into shared memory, one
+// warp w reads rows 4w..4w+3 (a thread one vector per row, so each warp's
+// copies cover 512 contiguous bytes per row), and a thread's 4 rows are the
+// perfect subtree of its columns' 4 leaves. A work item is max(L, 128) rows x
+// one slab (the node's 1 + (L - 1) / 128 sub-tiles in row order); items are
+// dealt round robin, block b taking items b, b + grid, ... (neighbouring
+// slabs stream together).
+//   Phase 1 copies the block's sub-tiles in order into a ring of kStages (3)
+//   shared-memory stages with cp.async, kStages sub-tiles in flight (each
+//   thread copies and reads only its own slots, so the stages need no
+//   barrier): the amax, each thread's 4-row sums into shared memory, one
 //   __syncthreads, then one thread per column sums the 32 warp sums as the
 //   perfect tree (for L < 128, the 32 / (L / 4) nodes of the sub-tile; for
 //   L >= 128 the sub-tile's sum, merged into the node's with a binary counter
-//   of pending sums per column in shared memory). Node sums are written to
-//   dbias (NaN canonical). Its first kept sub-tiles stay in shared memory
-//   (up to 3 x 64 KiB). One atomicMax per block, then a grid-wide sync.
+//   of pending sums per column in that thread's registers). Node sums are
+//   written to dbias (NaN canonical). One atomicMax per block, then a
+//   grid-wide sync.
 //   Phase 2: node 0 of the split := the perfect tree over its nodes (split
 //   <= 64: 8 lanes per column, each the perfect tree of split / 8 nodes, then
 //   3 shuffles), the scale from the finished amax (block 0 writes
-//   scale_inv), and the cast of the sub-tiles last-read first (L2 hits), the
-//   kept ones from shared memory. L2 eviction priorities: a block's last
-//   sub-tiles (about 60% of the L2 over all blocks) evict_last in phase 1,
-//   everything else (the other reads, phase 2's reads and FP8 stores)
-//   evict_first, so that phase 2's first re-reads hit in L2.
+//   scale_inv), and the cast of the sub-tiles last-read first: the ring's
+//   last kStages from shared memory, then from x (L2 hits). L2 eviction
+//   priorities: the sub-tiles just before the ring's (about 60% of the L2
+//   over all blocks) evict_last in phase 1, everything else (the other
+//   reads, phase 2's reads and FP8 stores) evict_first.
 // InitKernel (zeroed amax) runs before this launch in plain stream order.
 
 #include <cooperative_groups.h>
@@ -58,8 +60,11 @@ constexpr int kSubRows = kWarps * kRowsPerThread;  // 128
 constexpr int kSlabVectors = 32;                   // 16-byte vectors per row
 constexpr int kSubVectors = kThreads * kRowsPerThread;
 constexpr int64_t kSubBytes = int64_t{kSubVectors} * 16;  // 64 KiB
-constexpr int kMaxKept = 3;
-constexpr int kMaxLevels = 16;  // binary counter levels: L <= 128 * 2^16
+// Sub-tiles in flight per block in phase 1 (cp.async into a ring of shared
+// memory stages); the ring keeps the block's last kStages sub-tiles for
+// phase 2.
+constexpr int kStages = 3;
+constexpr int kMaxLevels = 8;  // binary counter levels: L <= 128 * 2^8
 constexpr int kFinishLanes = 8;  // lanes per column finishing node 0
 
 struct DbiasCastParams {
@@ -76,7 +81,6 @@ struct DbiasCastParams {
   int64_t split;        // dbias nodes (a power of two <= 64)
   int node_warps;       // L / 4 if L < 128, else 32 (a sub-tile's sum)
   int node_subs_log2;   // log2 of a node's sub-tiles (0 if L <= 128)
-  int kept;             // sub-tiles kept in shared memory per block
   int64_t l2_tiles;     // a block's last sub-tiles read with L2 evict_last
   bool hints;           // L2 eviction priorities (else evict_normal)
 };
@@ -107,6 +111,22 @@ __device__ __forceinline__ SubTile Locate(const DbiasCastParams& p,
 __device__ __forceinline__ bool LiveColumn(const DbiasCastParams& p,
                                            const SubTile& t) {
   return t.vec0 + threadIdx.x % 32 < p.row_vectors;
+}
+
+// cp.async of this thread's vectors of sub-tile t into `stage` (its slots
+// r * kThreads + threadIdx.x; zeros for a column past the rows' end).
+__device__ __forceinline__ void CopySub(const DbiasCastParams& p,
+                                        const SubTile& t, uint64_t policy,
+                                        uint4* stage) {
+  const uint4* x = static_cast<const uint4*>(p.x);
+  const bool live = LiveColumn(p, t);
+  const int64_t first = (t.row0 + (threadIdx.x / 32) * kRowsPerThread) *
+                            p.row_vectors + t.vec0 + threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const uint4* src = live ? x + first + r * p.row_vectors : x;
+    AsyncCopy16(stage + r * kThreads + threadIdx.x, src, live, policy);
+  }
 }
 
 __device__ __forceinline__ void LoadSub(const DbiasCastParams& p,
@@ -168,12 +188,14 @@ __device__ __forceinline__ void StoreNode(const DbiasCastParams& p,
 
 // One thread per slab column c (< the slab's live columns): the node sums of
 // the sub-tile from the 32 warp sums (node_warps of them per node), or for
-// L >= 128 the sub-tile's sum merged into the node's binary counter.
+// L >= 128 the sub-tile's sum merged into the node's binary counter (the
+// pending left siblings per level, in the registers of the column's thread:
+// the same thread takes column c of every sub-tile of its block).
 __device__ __forceinline__ void FinishSubTile(const DbiasCastParams& p,
                                               const SubTile& t, int64_t col,
                                               const float* leaves,
                                               int column_stride,
-                                              float* pending) {
+                                              float (&pending)[kMaxLevels]) {
   const int nw = p.node_warps;
   const int64_t first_node = t.row0 / (int64_t{nw} * kRowsPerThread);
   float chunk[kWarps / 8];
@@ -212,15 +234,21 @@ __device__ __forceinline__ void FinishSubTile(const DbiasCastParams& p,
     float sum = __fadd_rn(__fadd_rn(chunk[0], chunk[1]),
                           __fadd_rn(chunk[2], chunk[3]));
     // Binary counter over the node's sub-tiles (a perfect tree: their count
-    // is a power of two): merge with the pending left siblings.
-    int level = 0;
-    for (; (t.part >> level) & 1; ++level) {
-      sum = __fadd_rn(pending[level * column_stride], sum);
+    // is a power of two): merge with the pending left siblings of the levels
+    // below the first 0 bit of `part`, lowest first. Unrolled with constant
+    // indices, so that `pending` stays in registers.
+    const int level = __ffs(~t.part) - 1;
+#pragma unroll
+    for (int l = 0; l < kMaxLevels; ++l) {
+      if (l < level) sum = __fadd_rn(pending[l], sum);
     }
     if (level == p.node_subs_log2) {
       StoreNode(p, t.row0 / (int64_t{kSubRows} << p.node_subs_log2), col, sum);
     } else {
-      pending[level * column_stride] = sum;
+#pragma unroll
+      for (int l = 0; l < kMaxLevels; ++l) {
+        if (l == level) pending[l] = sum;
+      }
     }
   }
 }
@@ -279,14 +307,18 @@ __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
   }
 }
 
+// The block's k-th sub-tile (of `count`) from its stage if the ring still
+// holds it (the last kStages), else from x.
 __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
-                                         const uint4* kept, int64_t k,
-                                         const SubTile& t, uint64_t policy,
+                                         const uint4* stages, int64_t k,
+                                         int64_t count, const SubTile& t,
+                                         uint64_t policy,
                                          uint4 (&raw)[kRowsPerThread]) {
-  if (k < p.kept) {
+  if (k >= count - kStages) {
+    const uint4* stage = stages + (k % kStages) * kSubVectors;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
-      raw[r] = kept[k * kSubVectors + r * kThreads + threadIdx.x];
+      raw[r] = stage[r * kThreads + threadIdx.x];
     }
   } else {
     LoadSub(p, t, policy, raw);
@@ -297,49 +329,59 @@ template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads, 1)
     DbiasCurrentCastKernel(const __grid_constant__ DbiasCastParams p) {
   constexpr int kSlabCols = kSlabVectors * In::kVec;
-  // Dynamic shared memory: the kept sub-tiles, the warp sums (32 x slab
-  // columns), the binary counter (levels x slab columns).
+  // Dynamic shared memory: the kStages sub-tile stages, then the warp sums
+  // (32 x slab columns).
   extern __shared__ __align__(16) uint4 smem[];
   __shared__ float warp_max[kWarps];
-  uint4* kept = smem;
-  float* warp_sums = reinterpret_cast<float*>(smem + p.kept * kSubVectors);
-  float* pending = warp_sums + kWarps * kSlabCols;
+  uint4* stages = smem;
+  float* warp_sums = reinterpret_cast<float*>(smem + kStages * kSubVectors);
   const int tid = threadIdx.x;
   const int64_t count =
       ((p.items - blockIdx.x + gridDim.x - 1) / gridDim.x) << p.node_subs_log2;
   auto sub = [&](int64_t k) { return Locate(p, k); };
-  // L2: the sub-tiles phase 2 re-reads first are kept over the others, and
-  // over the FP8 output.
+  // L2: the sub-tiles that phase 2 re-reads first from x (those just before
+  // the ring's last kStages) are kept over the others, and over the output.
   const uint64_t keep_policy = L2PolicyLast(p.hints);
   const uint64_t drop_policy = L2PolicyFirst(p.hints);
   auto policy = [&](int64_t k) {
-    return k >= p.kept && k >= count - p.l2_tiles ? keep_policy : drop_policy;
+    return k < count - kStages && k >= count - kStages - p.l2_tiles
+               ? keep_policy
+               : drop_policy;
+  };
+  // Sub-tile k into its stage (an empty commit group past the end, so that
+  // every iteration waits for the same count of groups).
+  auto issue = [&](int64_t k) {
+    if (k < count) CopySub(p, sub(k), policy(k), stages + (k % kStages) * kSubVectors);
+    AsyncCommit();
   };
 
-  // Phase 1.
+  // Phase 1: kStages sub-tiles in flight (each thread copies and reads only
+  // its own slots, so no barrier guards the stages).
   float amax = 0.0f;
-  uint4 next[kRowsPerThread];
-  if (count > 0) LoadSub(p, sub(0), policy(0), next);
+  float pending[kMaxLevels];
+#pragma unroll
+  for (int l = 0; l < kMaxLevels; ++l) pending[l] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kStages; ++k) issue(k);
   for (int64_t k = 0; k < count; ++k) {
     const SubTile t = sub(k);
+    AsyncWait<kStages - 1>();  // sub-tile k has landed
     uint4 raw[kRowsPerThread];
+    const uint4* stage = stages + (k % kStages) * kSubVectors;
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) raw[r] = next[r];
-    if (k + 1 < count) LoadSub(p, sub(k + 1), policy(k + 1), next);
-    if (k < p.kept) {
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        kept[k * kSubVectors + r * kThreads + tid] = raw[r];
-      }
-    }
+    for (int r = 0; r < kRowsPerThread; ++r) raw[r] = stage[r * kThreads + tid];
     SumRows<In>(raw, amax, warp_sums);
+    // raw is consumed: the stage may take sub-tile k + kStages (the ring's
+    // last kStages sub-tiles stay for phase 2).
+    issue(k + kStages);
     __syncthreads();
     const int64_t col = t.vec0 * In::kVec + tid;
     if (tid < kSlabCols && col < p.cols) {
-      FinishSubTile(p, t, col, warp_sums + tid, kSlabCols, pending + tid);
+      FinishSubTile(p, t, col, warp_sums + tid, kSlabCols, pending);
     }
     __syncthreads();  // the warp sums are read before the next sub-tile's
   }
+  AsyncWait<0>();
   amax = BlockMax<kThreads>(amax, warp_max);
   if (tid == 0 && amax > 0.0f) {
     atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
@@ -355,12 +397,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint4 a[kRowsPerThread];
     uint4 b[kRowsPerThread];
     const SubTile ta = sub(k);
-    FetchSub(p, kept, k, ta, drop_policy, a);
+    FetchSub(p, stages, k, count, ta, drop_policy, a);
     const bool second = kPerStep == 2 && k >= 1;
     SubTile tb{};
     if (second) {
       tb = sub(k - 1);
-      FetchSub(p, kept, k - 1, tb, drop_policy, b);
+      FetchSub(p, stages, k - 1, count, tb, drop_policy, b);
     }
     CastSub<In, kFormat>(p, ta, a, scale, drop_policy);
     if (second) CastSub<In, kFormat>(p, tb, b, scale, drop_policy);
@@ -407,16 +449,14 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
     }
     return bytes;
   }();
-  const int64_t fixed = (kWarps + p.node_subs_log2) * kSlabCols * 4;
-  const int64_t static_bytes = kWarps * 4;
-  const int64_t room = (optin - fixed - static_bytes) / kSubBytes;
+  const size_t shared_bytes =
+      static_cast<size_t>(kStages * kSubBytes + kWarps * kSlabCols * 4);
+  if (static_cast<int64_t>(shared_bytes) + kWarps * 4 > optin) {
+    return Invalid("DbiasCurrentCastKernel needs 224 KiB of shared memory");
+  }
   // At most one block per SM, all resident at once for the grid sync, and
   // none without a sub-tile.
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, p.items));
-  const int64_t per_block = ((p.items + grid - 1) / grid) << p.node_subs_log2;
-  p.kept = static_cast<int>(std::clamp<int64_t>(std::min(room, per_block), 0,
-                                                kMaxKept));
-  const size_t shared_bytes = static_cast<size_t>(p.kept * kSubBytes + fixed);
   p.l2_tiles = L2TilesPerBlock(grid, kSubBytes);
   p.hints = UseL2Hints();
   cudaError_t error = cudaFuncSetAttribute(

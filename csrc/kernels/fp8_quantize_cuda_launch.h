@@ -43,8 +43,14 @@ inline bool UseL2Hints() {
 }
 
 // Tiles of `tile_bytes` per block (of `grid`) that fit in about 60% of the L2
-// (the rest for the outputs written meanwhile and other lines).
+// (the rest for the outputs written meanwhile and other lines);
+// EQX_QUANT_CUDA_L2_PERCENT=<0..100> sets another share (for measurements).
 inline int64_t L2TilesPerBlock(int64_t grid, int64_t tile_bytes) {
+  static const int64_t percent = [] {
+    const char* value = std::getenv("EQX_QUANT_CUDA_L2_PERCENT");
+    const int64_t parsed = value == nullptr ? 60 : std::atoll(value);
+    return parsed < 0 ? int64_t{0} : (parsed > 100 ? int64_t{100} : parsed);
+  }();
   static const int64_t l2_bytes = [] {
     int device = 0;
     int bytes = 0;
@@ -57,7 +63,7 @@ inline int64_t L2TilesPerBlock(int64_t grid, int64_t tile_bytes) {
     return int64_t{bytes};
   }();
   if (!UseL2Hints() || grid <= 0) return 0;
-  return l2_bytes * 6 / 10 / (grid * tile_bytes);
+  return l2_bytes * percent / 100 / (grid * tile_bytes);
 }
 
 inline LaunchStatus Failed(cudaError_t error, const char* what) {
