@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto tile = [&](int64_t k) { return blockIdx.x + k * gridDim.x; };
   // L2: the tiles phase 2 re-reads first are kept over the others, and over
   // the FP8 output.
-  const uint64_t keep_policy = L2PolicyLast(p.hints);
-  const uint64_t drop_policy = L2PolicyFirst(p.hints);
+  const uint64_t keep_policy = L2Policy(p.hints, /*keep=*/true);
+  const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
   auto policy = [&](int64_t k) {
     return k >= kKeptTiles && k >= count - p.l2_tiles ? keep_policy
                                                        : drop_policy;

@@ -113,6 +113,14 @@ __device__ __forceinline__ bool LiveColumn(const DbiasCastParams& p,
   return t.vec0 + threadIdx.x % 32 < p.row_vectors;
 }
 
+// The index in x (in 16-byte vectors) of this thread's vector in the first of
+// its kRowsPerThread rows of sub-tile t; the others follow row_vectors apart.
+__device__ __forceinline__ int64_t FirstVector(const DbiasCastParams& p,
+                                               const SubTile& t) {
+  return (t.row0 + (threadIdx.x / 32) * kRowsPerThread) * p.row_vectors +
+         t.vec0 + threadIdx.x % 32;
+}
+
 // cp.async of this thread's vectors of sub-tile t into `stage` (its slots
 // r * kThreads + threadIdx.x; zeros for a column past the rows' end).
 __device__ __forceinline__ void CopySub(const DbiasCastParams& p,
@@ -120,8 +128,7 @@ __device__ __forceinline__ void CopySub(const DbiasCastParams& p,
                                         uint4* stage) {
   const uint4* x = static_cast<const uint4*>(p.x);
   const bool live = LiveColumn(p, t);
-  const int64_t first = (t.row0 + (threadIdx.x / 32) * kRowsPerThread) *
-                            p.row_vectors + t.vec0 + threadIdx.x % 32;
+  const int64_t first = FirstVector(p, t);
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const uint4* src = live ? x + first + r * p.row_vectors : x;
@@ -134,22 +141,11 @@ __device__ __forceinline__ void LoadSub(const DbiasCastParams& p,
                                         uint4 (&raw)[kRowsPerThread]) {
   const uint4* x = static_cast<const uint4*>(p.x);
   const bool live = LiveColumn(p, t);
-  const int64_t first = (t.row0 + (threadIdx.x / 32) * kRowsPerThread) *
-                            p.row_vectors + t.vec0 + threadIdx.x % 32;
+  const int64_t first = FirstVector(p, t);
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     raw[r] = live ? LoadStreaming(x + first + r * p.row_vectors, policy)
                   : make_uint4(0u, 0u, 0u, 0u);
-  }
-}
-
-// The perfect tree of kN values in index order, in place (the sum in v[0]).
-template <int kN, int kM>
-__device__ __forceinline__ void PerfectTree(float (&v)[kM]) {
-  if constexpr (kN > 1) {
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) v[i] = __fadd_rn(v[2 * i], v[2 * i + 1]);
-    PerfectTree<kN / 2>(v);
   }
 }
 
@@ -274,7 +270,7 @@ __device__ __forceinline__ void FinishNodeZero(const DbiasCastParams& p) {
       v[i] = i < per && node < p.split ? __ldcg(p.dbias + node * p.cols + col)
                                        : -0.0f;
     }
-    PerfectTree<8>(v);
+    PairwiseTree<8>(v);
     float sum = v[0];
 #pragma unroll
     for (int d = 1; d < kFinishLanes; d *= 2) {
@@ -294,8 +290,7 @@ __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
                                         float scale, uint64_t policy) {
   constexpr int kVec = In::kVec;
   if (!LiveColumn(p, t)) return;
-  const int64_t first = (t.row0 + (threadIdx.x / 32) * kRowsPerThread) *
-                            p.row_vectors + t.vec0 + threadIdx.x % 32;
+  const int64_t first = FirstVector(p, t);
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     float v[kVec];
@@ -341,8 +336,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto sub = [&](int64_t k) { return Locate(p, k); };
   // L2: the sub-tiles that phase 2 re-reads first from x (those just before
   // the ring's last kStages) are kept over the others, and over the output.
-  const uint64_t keep_policy = L2PolicyLast(p.hints);
-  const uint64_t drop_policy = L2PolicyFirst(p.hints);
+  const uint64_t keep_policy = L2Policy(p.hints, /*keep=*/true);
+  const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
   auto policy = [&](int64_t k) {
     return k < count - kStages && k >= count - kStages - p.l2_tiles
                ? keep_policy

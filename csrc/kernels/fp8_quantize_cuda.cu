@@ -269,18 +269,6 @@ LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
 
 constexpr int kFinishMaxSlices = 8;
 
-// v[0] + ... + v[kWidth - 1] as the perfect pairwise tree (kWidth a power of
-// two), level by level in place; the sum ends in v[0]. Recursion over the
-// levels keeps every index a constant, so v stays in registers.
-template <int kWidth, int kN>
-__device__ __forceinline__ void PairwiseTree(float (&v)[kN]) {
-  if constexpr (kWidth > 1) {
-#pragma unroll
-    for (int j = 0; j < kWidth / 2; ++j) v[j] = __fadd_rn(v[2 * j], v[2 * j + 1]);
-    PairwiseTree<kWidth / 2>(v);
-  }
-}
-
 template <int kSlices, int kPer>
 __global__ void __launch_bounds__(32 * kSlices)
     FinishDbiasNodesKernel(float* __restrict__ dbias, int64_t trees,

@@ -128,23 +128,19 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
   return r;
 }
 
-// L2 eviction policies (createpolicy, sm_80+) for the cache_hint accesses
+// An L2 eviction policy (createpolicy, sm_80+) for the cache_hint accesses
 // below: the cooperative current-scaling kernels keep the tiles that their
-// second pass re-reads first (evict_last) over everything else (evict_first).
-// `hinted` false gives evict_normal, the plain accesses' priority.
-__device__ __forceinline__ uint64_t L2PolicyLast(bool hinted) {
+// second pass re-reads first (`keep`: evict_last) over everything else
+// (evict_first). `hinted` false gives evict_normal, the plain accesses'
+// priority.
+__device__ __forceinline__ uint64_t L2Policy(bool hinted, bool keep) {
   uint64_t last;
-  uint64_t normal;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(last));
-  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
-  return hinted ? last : normal;
-}
-__device__ __forceinline__ uint64_t L2PolicyFirst(bool hinted) {
   uint64_t first;
   uint64_t normal;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(last));
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(first));
   asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
-  return hinted ? first : normal;
+  return !hinted ? normal : (keep ? last : first);
 }
 
 // LoadStreaming with an L2 eviction policy.
@@ -247,6 +243,18 @@ __device__ __forceinline__ void PublishAmax(float* amax, float value) {
   if (value > 0.0f) {
     WaitForPrerequisiteGrids();
     atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(value));
+  }
+}
+
+// v[0] + ... + v[kWidth - 1] as the perfect pairwise tree (kWidth a power of
+// two), level by level in place; the sum ends in v[0]. Recursion over the
+// levels keeps every index a constant, so v stays in registers.
+template <int kWidth, int kN>
+__device__ __forceinline__ void PairwiseTree(float (&v)[kN]) {
+  if constexpr (kWidth > 1) {
+#pragma unroll
+    for (int j = 0; j < kWidth / 2; ++j) v[j] = __fadd_rn(v[2 * j], v[2 * j + 1]);
+    PairwiseTree<kWidth / 2>(v);
   }
 }
 
