@@ -404,6 +404,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Work items: max(L, 128)-row runs x column slabs.
+int64_t ItemCount(const Fp8QuantizeProblem& problem, int64_t node_rows,
+                  int64_t row_vectors) {
+  return problem.rows / std::max<int64_t>(node_rows, kSubRows) *
+         ((row_vectors + kSlabVectors - 1) / kSlabVectors);
+}
+
 int Log2(int64_t n) {
   int k = 0;
   while ((int64_t{1} << k) < n) ++k;
@@ -431,19 +438,10 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
   p.node_warps = static_cast<int>(std::min<int64_t>(node_rows, kSubRows) /
                                   kRowsPerThread);
   p.node_subs_log2 = Log2(std::max<int64_t>(node_rows / kSubRows, 1));
-  p.items = problem.rows / std::max<int64_t>(node_rows, kSubRows) * p.slabs;
+  p.items = ItemCount(problem, node_rows, p.row_vectors);
 
-  static int optin = [] {
-    int device = 0;
-    int bytes = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                               device) != cudaSuccess) {
-      cudaGetLastError();
-      bytes = 48 * 1024;
-    }
-    return bytes;
-  }();
+  const int optin =
+      DeviceAttribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(48 * 1024);
   const size_t shared_bytes =
       static_cast<size_t>(kStages * kSubBytes + kWarps * kSlabCols * 4);
   if (static_cast<int64_t>(shared_bytes) + kWarps * 4 > optin) {
@@ -476,20 +474,15 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
 bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers) {
   const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
-  int64_t long_axes = 0;
-  for (int64_t d : problem.dbias_reduced_dims) long_axes += d > 1 ? 1 : 0;
-  if (!(problem.scale_from_amax && problem.with_dbias && problem.batch == 1 &&
-        problem.rowwise && !problem.colwise && problem.dbias_kept_rows == 1 &&
-        long_axes <= 1 && problem.rows > 0 && problem.cols > 0 &&
-        problem.cols % vec == 0 && problem.dbias_split > 0 &&
-        problem.dbias_split <= kMaxDbiasSplit && Aligned16(buffers.x) &&
-        Aligned16(buffers.row) && problem.rows % problem.dbias_split == 0)) {
+  if (!TreeSumsApply(problem) || problem.batch != 1 || !problem.rowwise ||
+      problem.colwise || problem.cols % vec != 0 ||
+      problem.dbias_split > kMaxDbiasSplit || !Aligned16(buffers.x) ||
+      !Aligned16(buffers.row)) {
     return false;
   }
   const int64_t node_rows = problem.rows / problem.dbias_split;
   const bool power_of_two = (node_rows & (node_rows - 1)) == 0;
-  const int64_t items = problem.rows / std::max<int64_t>(node_rows, kSubRows) *
-                       ((problem.cols / vec + kSlabVectors - 1) / kSlabVectors);
+  const int64_t items = ItemCount(problem, node_rows, problem.cols / vec);
   return power_of_two && node_rows >= kRowsPerThread &&
          problem.rows % kSubRows == 0 && items < (int64_t{1} << 31) &&
          node_rows <= (int64_t{kSubRows} << kMaxLevels);

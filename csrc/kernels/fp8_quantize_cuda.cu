@@ -226,18 +226,11 @@ LaunchStatus LaunchCast(const Fp8QuantizeProblem& problem,
 }
 
 // ---------------------------------------------------------------------------
-// 2c. Current scaling with dbias over one reduced axis: the dbias node sums
-// (equal chunks of rows: dbias_split divides the axis) and the amax in one
-// pass (kernels/column_tree_sums_cuda.h), then the cast without dbias.
+// 2c. Current scaling with dbias over one reduced axis (TreeSumsApply, at the
+// end of this file): the dbias node sums (equal chunks of rows: dbias_split
+// divides the axis) and the amax in one pass
+// (kernels/column_tree_sums_cuda.h), then the cast without dbias.
 
-bool TreeSumsApply(const Fp8QuantizeProblem& problem) {
-  int64_t long_axes = 0;
-  for (int64_t d : problem.dbias_reduced_dims) long_axes += d > 1 ? 1 : 0;
-  return problem.scale_from_amax && problem.with_dbias &&
-         (problem.rowwise || problem.colwise) && problem.dbias_kept_rows == 1 &&
-         long_axes <= 1 && problem.rows > 0 && problem.cols > 0 &&
-         problem.dbias_split > 0 && problem.rows % problem.dbias_split == 0;
-}
 
 LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
                             const Fp8QuantizeBuffers& buffers,
@@ -404,6 +397,16 @@ __global__ void Fp8ConvertSelfTestKernel(unsigned long long* mismatches,
 }
 
 }  // namespace
+
+bool TreeSumsApply(const Fp8QuantizeProblem& problem) {
+  int64_t long_axes = 0;
+  for (int64_t d : problem.dbias_reduced_dims) long_axes += d > 1 ? 1 : 0;
+  return problem.scale_from_amax && problem.with_dbias &&
+         (problem.rowwise || problem.colwise) && problem.dbias_kept_rows == 1 &&
+         long_axes <= 1 && problem.rows > 0 && problem.cols > 0 &&
+         problem.dbias_split > 0 && problem.rows % problem.dbias_split == 0;
+}
+
 }  // namespace fp8
 
 LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,

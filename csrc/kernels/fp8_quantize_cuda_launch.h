@@ -51,18 +51,8 @@ inline int64_t L2TilesPerBlock(int64_t grid, int64_t tile_bytes) {
     const int64_t parsed = value == nullptr ? 60 : std::atoll(value);
     return parsed < 0 ? int64_t{0} : (parsed > 100 ? int64_t{100} : parsed);
   }();
-  static const int64_t l2_bytes = [] {
-    int device = 0;
-    int bytes = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) !=
-            cudaSuccess) {
-      cudaGetLastError();
-      bytes = 0;
-    }
-    return int64_t{bytes};
-  }();
   if (!UseL2Hints() || grid <= 0) return 0;
+  const int64_t l2_bytes = DeviceAttribute<cudaDevAttrL2CacheSize>(0);
   return l2_bytes * percent / 100 / (grid * tile_bytes);
 }
 
@@ -177,6 +167,11 @@ LaunchStatus LaunchWalk(const Fp8QuantizeProblem& problem,
 // (fp8_transpose_cuda.cu); TransposeApplies says when it can run.
 bool TransposeApplies(const Fp8QuantizeProblem& problem,
                       const Fp8QuantizeBuffers& buffers);
+// Current scaling with dbias over one reduced axis cut into equal chunks of
+// rows (dbias_split divides it, one kept row): the dbias node sums and the
+// amax can come from one pass over x (fp8_quantize_cuda.cu's column tree
+// sums, or DbiasCurrentCastKernel).
+bool TreeSumsApply(const Fp8QuantizeProblem& problem);
 LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers,
                              cudaStream_t stream, int sms);
