@@ -12,8 +12,8 @@ without a CPU backend (`JAX_PLATFORMS=cuda`), from `impl="reference"` on the GPU
 bytes of a case are computed once, for ROWWISE_COLWISE, and serve the GPU calls of the three
 layouts (a part's bytes do not depend on the layout).
 
-The shapes reach every kernel path: the tile kernel with rowwise and colwise, rowwise only (flat,
-with a partial last pseudo-row), colwise only with 16-byte staged stores and with 8/4-byte
+The shapes reach every kernel path: the tile kernel with rowwise and colwise, rowwise only (the
+flat stream kernel: whole and partial warps, scale words and single scale bytes), colwise only with 16-byte staged stores and with 8/4-byte
 stores (rows not a multiple of 16 bytes), and the scalar kernels (L % 32 != 0, rows not a
 multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1 and empty tensors.
 """

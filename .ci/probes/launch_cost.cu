@@ -5,7 +5,9 @@
 // their op time (docs/performance.md) is the cooperative launch itself.
 // Built and run by .ci/gpu_launch_cost on the H200 machine:
 //   nvcc -O2 -arch=sm_90a -o launch_cost launch_cost.cu && ./launch_cost
-// Prints one line per case: microseconds per launch (median of 7 batches).
+// Prints one line per case: microseconds per launch (median of 7 batches), each
+// batch queued behind a 5 ms spin so that the host's launch rate (3.7 us per
+// launch on the H200 machine) does not set the pace.
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -22,6 +24,16 @@ namespace cg = cooperative_groups;
 constexpr int kThreads = 1024;
 constexpr int kLaunches = 200;  // per batch
 constexpr int kBatches = 7;
+
+// Holds the stream for ~`ns` nanoseconds, so that the host queues a whole
+// batch of launches before the first one runs: the batch then measures the
+// GPU's own cost per launch, not the host's launch rate.
+__global__ void Spin(long long ns) {
+  long long start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  long long now = start;
+  while (now - start < ns) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+}
 
 __global__ void Empty(int* sink) {
   if (sink != nullptr && threadIdx.x == 0 && blockIdx.x == 0) *sink = 1;
@@ -85,6 +97,7 @@ double MicrosecondsPerLaunch(const Case& c, int* sink, cudaStream_t stream) {
   for (int i = 0; i < 20; ++i) Launch(c, sink, stream);  // warm up
   std::vector<double> per_launch;
   for (int b = 0; b < kBatches; ++b) {
+    Spin<<<1, 1, 0, stream>>>(5'000'000);
     Check(cudaEventRecord(start, stream), "record");
     for (int i = 0; i < kLaunches; ++i) Launch(c, sink, stream);
     Check(cudaEventRecord(stop, stream), "record");

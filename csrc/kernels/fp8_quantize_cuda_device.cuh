@@ -119,14 +119,7 @@ __device__ __forceinline__ void Transpose16x4(const uint32_t (&w)[16],
   }
 }
 
-// A streaming 16-byte load of read-only data (not kept in L1).
-__device__ __forceinline__ uint4 LoadStreaming(const void* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
+using cuda::LoadStreaming;  // the plain one (fp8_convert_cuda.cuh)
 
 // An L2 eviction policy (createpolicy, sm_80+) for the cache_hint accesses
 // below: the cooperative current-scaling kernels keep the tiles that their

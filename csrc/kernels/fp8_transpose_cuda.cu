@@ -104,6 +104,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         raw[u] = make_uint4(0u, 0u, 0u, 0u);
         if (lane_active && m < p.rows) raw[u] = LoadStreaming(x + m * p.cols + c);
       }
+      // Offset of this thread's first row of the batch (the others follow
+      // kRowLanes rows apart).
+      const int64_t row_first =
+          (m0 + row_lane + int64_t{kRowLanes} * k0) * p.cols + c;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int r = row_lane + kRowLanes * (k0 + u);
@@ -114,9 +118,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         uint32_t q[kVec / 4];
         CastVec<kFormat>(v, scale, q);
         const int word = col_lane * (kVec / 4);
-        StoreCastWords(&staging[StagedWord(r, word)], q);
+        StageCastWords(&staging[StagedWord(r, word)], q);
         if (row_out != nullptr && lane_active && m0 + r < p.rows) {
-          StoreCastWords(row_out + (m0 + r) * p.cols + c, q);
+          StoreCastWords(row_out + row_first + int64_t{kRowLanes} * u * p.cols, q);
         }
       }
     }
@@ -140,8 +144,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       for (int q = 0; q < 4; ++q) {
         const int64_t n = n0 + 4 * group + q;
         if (n < p.cols) {
-          *reinterpret_cast<uint4*>(col + n * p.rows + m) =
-              make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]);
+          StoreStreaming16(col + n * p.rows + m,
+                           make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]));
         }
       }
     }

@@ -114,6 +114,8 @@ __device__ __forceinline__ void WriteTransposedChunk(
       for (int q = 0; q < 4; ++q) {
         const int64_t j = 4 * group + q;
         if (j < width) {
+          // A plain store: a streaming one needs the whole 64-bit address
+          // in registers for each of the 4 and spills this kernel.
           *reinterpret_cast<uint4*>(col + (n0 + j) * rows + chunk_row +
                                     block * 16) =
               make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]);
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(kWalkThreads, WalkShape<kDbias>::kMinBlocks)
           }
           if constexpr (kCol) {
             const int word = StagingWord<kTileWords>(i, tid * (kVec / 4));
-            StoreCastWords(staging + 4 * word, q);
+            StageCastWords(staging + 4 * word, q);
           }
           if constexpr (kDbias) stack.Leaf(v, merges[i]);
         }

@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
       auto store = [&](uint8_t* out, int u, const uint32_t (&q)[kOutWords]) {
         if (p.wide) {
           uint8_t* slot = stage + u * kTileCols + lane * kVec;
-          StoreCastWords(slot, q);
+          StageCastWords(slot, q);
           return;
         }
         const int r = warp + kWarps * u;
@@ -308,8 +308,8 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
           const int r = warp + kWarps * (byte / kTileCols);
           const int64_t col = t.col0 + byte % kTileCols;
           if (r < t.rows && col < N) {
-            *reinterpret_cast<uint4*>(out + (t.row0 + r) * N + col) =
-                *reinterpret_cast<const uint4*>(stage + byte);
+            StoreStreaming16(out + (t.row0 + r) * N + col,
+                             *reinterpret_cast<const uint4*>(stage + byte));
           }
         }
         __syncwarp();

@@ -91,8 +91,8 @@ struct TileParams {
 __device__ __forceinline__ void Store32(uint8_t* dst, const uint32_t (&q)[8],
                                         int count) {
   if (count == 32 && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
-    reinterpret_cast<uint4*>(dst)[0] = make_uint4(q[0], q[1], q[2], q[3]);
-    reinterpret_cast<uint4*>(dst)[1] = make_uint4(q[4], q[5], q[6], q[7]);
+    StoreStreaming16(dst, make_uint4(q[0], q[1], q[2], q[3]));
+    StoreStreaming16(dst + 16, make_uint4(q[4], q[5], q[6], q[7]));
     return;
   }
 #pragma unroll

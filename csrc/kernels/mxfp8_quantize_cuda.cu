@@ -14,7 +14,14 @@
 // both formats (EqxQuantCudaFp8ConvertSelfTest in fp8_quantize_cuda.cu).
 //
 // Kernels (256 threads; nothing allocated):
-//   * TileKernel<kRow, kCol>, the fast path, persistent (one wave of CTAs,
+//   * RowStreamKernel, rowwise only when every row is a whole number of
+//     blocks (L % 32 == 0; aligned buffers): the data as one flat stream of
+//     16-byte vectors, a block being 32/kVec consecutive lanes (amax by a
+//     shuffle butterfly). One chunk of 4 vectors per thread per CTA, all
+//     loads issued first, FP8 bytes and scale words (4 blocks' bytes gathered
+//     by shuffles) written with streaming stores.
+//   * TileKernel<kRow, kCol> for colwise (and rowwise + colwise) outputs,
+//     persistent (one wave of CTAs,
 //     tiles in a grid-stride loop). A tile is 32 rows (one colwise block
 //     height: 32 consecutive k of one example slice a) x 32 * kVec columns of
 //     the (C*L)-wide rows, kVec = elements per 16 bytes (8 for bf16 / f16, 4
@@ -31,9 +38,7 @@
 //     The FP8 bytes of a warp's 4 rows are staged in the warp's (already
 //     consumed) part of the input buffer and written with 16-byte stores
 //     (4 or 8 byte stores from registers when the rows are not 16-byte
-//     aligned). Rowwise only with L % 32 == 0 runs on the flat array seen as
-//     rows of 32 * kVec elements (blocks never straddle them), so short rows
-//     still use every lane.
+//     aligned).
 //   * RowScalarKernel / ColScalarKernel: one thread per block, scalar loads,
 //     for every other shape or alignment (L % 32 != 0, rows not a multiple of
 //     16 input bytes, misaligned buffers). The column kernel is coalesced
@@ -67,6 +72,7 @@ using mxfp8::KeyWordMax;
 using mxfp8::QuantizeBlockScalar;
 using mxfp8::QuantizeVector;
 using mxfp8::VectorKey;
+using cuda::LoadStreaming;
 
 constexpr int kBlock = static_cast<int>(kMxfp8BlockSize);  // 32
 constexpr int kThreads = 256;
@@ -85,7 +91,6 @@ struct TileParams {
   uint8_t* col_scale;  // if kCol
   int64_t rows;        // K (rows per example slice a)
   int64_t width;       // W = C * L, elements per row; a multiple of kVec
-  int64_t limit;       // flat mode (rowwise only): the number of elements
   uint32_t k_tiles;    // ceil(K / 32)
   uint32_t w_tiles;    // ceil(W / tile columns)
   int64_t tiles;       // A * k_tiles * w_tiles < 2^31
@@ -114,11 +119,10 @@ __device__ __forceinline__ Tile TileAt(const TileParams& p, int64_t t,
   return out;
 }
 
-// Resident CTAs per SM the kernels are built for: registers <= 64, 48 or 40,
-// each CTA with 16 KiB of loads in flight (38 KiB of shared memory with
-// colwise, 32 KiB without).
+// Resident CTAs per SM the kernels are built for: registers <= 64 or 48,
+// each CTA with 16 KiB of loads in flight (38 KiB of shared memory).
 template <bool kRow, bool kCol>
-constexpr int kTileMinBlocks = kCol ? (kRow ? 4 : 5) : 6;
+constexpr int kTileMinBlocks = kRow ? 4 : 5;
 
 template <typename In, Fp8Format kFormat, bool kRow, bool kCol>
 __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
   constexpr int kLanesPerBlock = kBlock / kVec;
   constexpr int kStageBytes = kRowsPerThread * kTileCols;  // per warp
   constexpr int kOutWords = kVec / 4;
-  constexpr bool kFlat = !kCol;  // rowwise only: the flat view
+  static_assert(kCol, "rowwise only runs RowStreamKernel");
   static_assert(kStageBytes <= kRowsPerThread * 32 * 16, "stage fits");
   // Two tiles of input: [buffer][warp][row u][lane][16 bytes].
   __shared__ __align__(16) uint32_t buf[2][kWarps][kRowsPerThread][32][4];
@@ -145,11 +149,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     return (t.row0 + warp + kWarps * u) * p.width + col;
   };
   auto valid_at = [&](const Tile& t, int u, int64_t col) {
-    if constexpr (kFlat) {
-      return elem_at(t, u, col) < p.limit;
-    } else {
-      return warp + kWarps * u < t.rows && col < p.width;
-    }
+    return warp + kWarps * u < t.rows && col < p.width;
   };
   auto fetch = [&](int64_t index, int b) {
     const Tile t = TileAt(p, index, kTileCols);
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     auto emit = [&](int u, const uint32_t (&q)[kOutWords], uint8_t* out) {
       if (p.wide) {
         uint8_t* slot = stage + u * kTileCols + lane * kVec;
-        StoreCastWords(slot, q);
+        StageCastWords(slot, q);
       } else if (valid_at(t, u, my_col)) {
         uint8_t* dst = out + elem_at(t, u, my_col);
         StoreCastWords(dst, q);
@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
         const int u = byte / kTileCols;
         const int64_t col = t.col0 + byte % kTileCols;
         if (valid_at(t, u, col)) {
-          *reinterpret_cast<uint4*>(out + elem_at(t, u, col)) =
-              *reinterpret_cast<const uint4*>(stage + byte);
+          StoreStreaming16(out + elem_at(t, u, col),
+                           *reinterpret_cast<const uint4*>(stage + byte));
         }
       }
       __syncwarp();
@@ -286,6 +286,102 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     }
     // The next iteration's cp.async into this buffer is issued after the
     // warp's last stage read (flush ends with __syncwarp).
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Rowwise only, every row a whole number of blocks: the data as one flat
+// stream of 16-byte vectors. Vector i (elements i * kVec ...) is lane i % 32
+// of a warp, so block i / kLanesPerBlock is kLanesPerBlock consecutive lanes
+// and its scale byte goes to row_scale[i / kLanesPerBlock]. A CTA takes one
+// chunk of kThreads x kRowStreamUnroll vectors and exits (a grid of short
+// CTAs streams faster on the H200 than one persistent wave:
+// .ci/probes/stream_cast.cu); a warp takes 32 x kRowStreamUnroll consecutive
+// vectors, so that the scale bytes of a warp fill whole 32-byte sectors
+// (16-bit inputs; half a sector for f32) within a few instructions.
+
+constexpr int kRowStreamUnroll = 4;  // 16-byte loads in flight per thread
+
+struct RowStreamParams {
+  const void* x;
+  uint8_t* row;
+  uint8_t* row_scale;
+  int64_t vectors;  // elements / kVec: a multiple of kLanesPerBlock
+  bool words;       // row_scale 4-byte aligned: scale bytes as words
+};
+
+// One CTA's chunk: vectors [chunk0, chunk0 + valid) of the stream, valid <=
+// kThreads * kRowStreamUnroll (kFull: all of them, no range checks).
+template <typename In, Fp8Format kFormat, bool kFull>
+__device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
+                                               int64_t chunk0, int valid) {
+  constexpr int kVec = In::kVec;
+  constexpr int kLanesPerBlock = kBlock / kVec;   // 4 (16-bit) or 8 (f32)
+  constexpr int kWordLanes = 4 * kLanesPerBlock;  // lanes of 4 blocks
+  const int lane = threadIdx.x % 32;
+  // This warp's vectors: [warp0, warp0 + 32 * kRowStreamUnroll) of the chunk.
+  const int warp0 = (threadIdx.x - lane) * kRowStreamUnroll;
+  const int64_t mine = chunk0 + warp0 + lane;
+  const uint4* x = static_cast<const uint4*>(p.x) + mine;
+  uint8_t* const row = p.row + mine * kVec;
+  uint8_t* const scale = p.row_scale + (chunk0 + warp0) / kLanesPerBlock;
+  auto in_range = [&](int u) { return kFull || warp0 + u * 32 + lane < valid; };
+
+  uint4 raw[kRowStreamUnroll];
+#pragma unroll
+  for (int u = 0; u < kRowStreamUnroll; ++u) {
+    raw[u] = in_range(u) ? LoadStreaming(x + u * 32) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kRowStreamUnroll; ++u) {
+    // Every lane runs the shuffles; a block is wholly in or out of range.
+    const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+    uint32_t key = VectorKey<In>(w);
+#pragma unroll
+    for (int s = 1; s < kLanesPerBlock; s *= 2) {
+      key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
+    }
+    const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
+    if (in_range(u)) {
+      const float factor = E8m0ReciprocalScale(e);
+      uint32_t q[kVec / 4];
+      QuantizeVector<In, kFormat, true>(w, &factor, q);
+      StoreCastWords(row + u * 32 * kVec, q);
+    }
+    // The scale bytes of 4 consecutive blocks as one word, to the first
+    // lane of the 4 (a multiple of kWordLanes vectors into the chunk: the
+    // word is 4-byte aligned in an aligned row_scale).
+    uint32_t word = e;
+#pragma unroll
+    for (int k = 1; k < 4; ++k) {
+      const uint32_t other =
+          __shfl_down_sync(0xFFFFFFFFu, uint32_t{e}, k * kLanesPerBlock);
+      word |= other << (8 * k);
+    }
+    const int block = (u * 32 + lane) / kLanesPerBlock;  // in the warp's
+    if (p.words && (kFull || warp0 + u * 32 + lane + kWordLanes <= valid)) {
+      // A plain store: the sector's other words follow from this warp's
+      // next vectors and merge in L2 (a streaming store could leave L2 as a
+      // partial sector).
+      if (lane % kWordLanes == 0) {
+        *reinterpret_cast<uint32_t*>(scale + block) = word;
+      }
+    } else if (lane % kLanesPerBlock == 0 && in_range(u)) {
+      scale[block] = e;
+    }
+  }
+}
+
+template <typename In, Fp8Format kFormat>
+__global__ void __launch_bounds__(kThreads, 8)
+    RowStreamKernel(const __grid_constant__ RowStreamParams p) {
+  constexpr int kChunk = kThreads * kRowStreamUnroll;
+  const int64_t chunk0 = int64_t{blockIdx.x} * kChunk;
+  const int64_t left = p.vectors - chunk0;
+  if (left >= kChunk) {
+    RowStreamChunk<In, kFormat, true>(p, chunk0, kChunk);
+  } else {
+    RowStreamChunk<In, kFormat, false>(p, chunk0, static_cast<int>(left));
   }
 }
 
@@ -393,6 +489,25 @@ Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
 }
 
 template <typename In, Fp8Format kFormat>
+Mxfp8LaunchStatus LaunchRowStream(const Mxfp8QuantizeBuffers& buffers,
+                                  int64_t elements, cudaStream_t stream) {
+  RowStreamParams p{};
+  p.x = buffers.x;
+  p.row = buffers.row;
+  p.row_scale = buffers.row_scale;
+  p.vectors = elements / In::kVec;
+  p.words = Aligned(buffers.row_scale, 4);
+  const int64_t chunk = int64_t{kThreads} * kRowStreamUnroll;
+  const int64_t chunks = (p.vectors + chunk - 1) / chunk;
+  if (chunks > int64_t{0x7FFFFFFF}) {
+    return Mxfp8LaunchStatus{false, 0, "the tensor is too large (2^31 chunks)"};
+  }
+  RowStreamKernel<In, kFormat>
+      <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p);
+  return Check("launching RowStreamKernel");
+}
+
+template <typename In, Fp8Format kFormat>
 Mxfp8LaunchStatus LaunchRowScalar(const Mxfp8QuantizeProblem& problem,
                                   const Mxfp8QuantizeBuffers& buffers,
                                   cudaStream_t stream) {
@@ -443,19 +558,7 @@ Mxfp8LaunchStatus Run(const Mxfp8QuantizeProblem& problem,
     if (!x_ok || !row_in_tile) {
       return LaunchRowScalar<In, kFormat>(problem, buffers, stream);
     }
-    // Flat: the data as rows of kTileCols elements (the last one partial).
-    TileParams p{};
-    p.x = buffers.x;
-    p.row = buffers.row;
-    p.row_scale = buffers.row_scale;
-    p.width = kTileCols;
-    p.rows = (elements + kTileCols - 1) / kTileCols;
-    p.limit = elements;
-    p.tiles = (p.rows + kBlock - 1) / kBlock;
-    p.k_tiles = static_cast<uint32_t>(std::min<int64_t>(p.tiles, 0x7FFFFFFF));
-    p.w_tiles = 1;
-    p.wide = Aligned(buffers.row, 16);
-    return LaunchTile<In, kFormat, true, false>(p, stream);
+    return LaunchRowStream<In, kFormat>(buffers, elements, stream);
   }
 
   if (!x_ok || width % kVec != 0 || !Aligned(buffers.col, kVec)) {
@@ -474,7 +577,6 @@ Mxfp8LaunchStatus Run(const Mxfp8QuantizeProblem& problem,
   p.col_scale = buffers.col_scale;
   p.rows = problem.blocked;
   p.width = width;
-  p.limit = elements;
   const int64_t k_tiles = Mxfp8Blocks(problem.blocked);
   const int64_t w_tiles = (width + kTileCols - 1) / kTileCols;
   p.tiles = problem.outer * k_tiles * w_tiles;
