@@ -245,6 +245,9 @@ def test_vmap_transpose_tiles_span_examples():
 
 
 ROWWISE_ONLY = ((eqq.QuantizeLayout.ROWWISE, False),)
+# With the transposed copy: one cooperative launch too where rows % 16 == 0 (else the amax
+# kernel, then the walk).
+TRANSPOSED = ((eqq.QuantizeLayout.ROWWISE_COLWISE, False), (eqq.QuantizeLayout.COLWISE, False))
 TWO_PASS = ((eqq.QuantizeLayout.ROWWISE, True), (eqq.QuantizeLayout.ROWWISE_COLWISE, False))
 
 
@@ -255,17 +258,19 @@ TWO_PASS = ((eqq.QuantizeLayout.ROWWISE, True), (eqq.QuantizeLayout.ROWWISE_COLW
         ((2048, 1032), "f32", "first"),
         ((513, 1024), "f16", "middle"),
         ((1, 8), "bf16", "last"),  # one block, one vector
+        ((4096, 8200), "f16", "first"),  # transposed: ~2 tiles per block, a partial tile column
     ],
 )
 def test_current_scaling_in_one_launch(shape, x_name, where):
-    """Current scaling of one rowwise-only example runs as one cooperative launch (amax, grid
-    sync, scale, cast); the largest |x| sits in the first, a middle or the last block's range,
-    so a block that casts before the grid-wide amax is final would show."""
+    """Current scaling of one example runs as one cooperative launch (amax, grid sync, scale,
+    cast; with the transposed copy too, CastTransposeKernel's amax pass in front); the largest
+    |x| sits in the first, a middle or the last block's range, so a block that casts before
+    the grid-wide amax is final would show."""
     x = _random(shape, X_DTYPES[x_name], seed=sum(shape))
     flat = x.reshape(-1)
     position = {"first": 3, "middle": flat.size // 2 + 5, "last": flat.size - 2}[where]
     flat[position] = 1000.0
-    _check(x, "e4m3", combos=ROWWISE_ONLY)
+    _check(x, "e4m3", combos=ROWWISE_ONLY + TRANSPOSED)
     _check(x, "e5m2", combos=ROWWISE_ONLY + TWO_PASS)
 
 

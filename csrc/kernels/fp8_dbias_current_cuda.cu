@@ -32,8 +32,8 @@
 //   scale_inv), and the cast of the sub-tiles last-read first: the ring's
 //   last kStages from shared memory, then from x (L2 hits). L2 eviction
 //   priorities: the sub-tiles just before the ring's (about 60% of the L2
-//   over all blocks) evict_last in phase 1, everything else (the other
-//   reads, phase 2's reads and FP8 stores) evict_first.
+//   over all blocks) evict_last in phase 1, the other reads and phase 2's
+//   evict_first; the FP8 bytes go out with streaming stores.
 // InitKernel (zeroed amax) runs before this launch in plain stream order.
 
 #include <cooperative_groups.h>
@@ -287,7 +287,7 @@ template <typename In, Fp8Format kFormat>
 __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
                                         const SubTile& t,
                                         const uint4 (&raw)[kRowsPerThread],
-                                        float scale, uint64_t policy) {
+                                        float scale) {
   constexpr int kVec = In::kVec;
   if (!LiveColumn(p, t)) return;
   const int64_t first = FirstVector(p, t);
@@ -297,8 +297,7 @@ __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
     In::Unpack(raw[r], v);
     uint32_t q[kVec / 4];
     CastVec<kFormat>(v, scale, q);
-    StoreCastWordsWithPolicy(p.row + (first + r * p.row_vectors) * kVec, q,
-                             policy);
+    StoreCastWords(p.row + (first + r * p.row_vectors) * kVec, q);
   }
 }
 
@@ -399,8 +398,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       tb = sub(k - 1);
       FetchSub(p, stages, k - 1, count, tb, drop_policy, b);
     }
-    CastSub<In, kFormat>(p, ta, a, scale, drop_policy);
-    if (second) CastSub<In, kFormat>(p, tb, b, scale, drop_policy);
+    CastSub<In, kFormat>(p, ta, a, scale);
+    if (second) CastSub<In, kFormat>(p, tb, b, scale);
   }
 }
 

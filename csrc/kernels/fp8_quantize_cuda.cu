@@ -39,6 +39,11 @@
 //          CurrentCastKernel (fp8_current_cuda.cu), one cooperative launch
 //          after (1): amax, grid-wide sync, scale, cast, keeping part of x in
 //          shared memory and re-reading the rest in reverse order (L2 hits);
+//        * a single example with the transposed copy, no dbias, aligned
+//          (TransposeApplies): CastTransposeKernel<kFusedAmax>, one
+//          cooperative launch after (1): its amax pass (the block's tiles
+//          last first, the first ones kept in L2), grid-wide sync, scale,
+//          cast + transpose;
 //        * with dbias of a rowwise-only single example over one reduced axis
 //          whose nodes are 2^k >= 4 rows (rows % 128 == 0):
 //          DbiasCurrentCastKernel (fp8_dbias_current_cuda.cu), one
@@ -435,6 +440,9 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
   }
   if (DbiasCurrentCastApplies(problem, buffers)) {
     return LaunchDbiasCurrentCast(problem, buffers, stream, sms);
+  }
+  if (CurrentTransposeApplies(problem, buffers)) {
+    return LaunchCurrentTranspose(problem, buffers, stream, sms);
   }
   const LaunchStatus main = LaunchMain(problem, buffers, stream, sms);
   if (!main.ok || !FinishDbiasApplies(problem)) return main;

@@ -167,20 +167,6 @@ __device__ __forceinline__ void AsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// StoreCastWords (kVec / 4 words) with an L2 eviction policy.
-template <int kWords>
-__device__ __forceinline__ void StoreCastWordsWithPolicy(
-    void* dst, const uint32_t (&q)[kWords], uint64_t policy) {
-  if constexpr (kWords == 2) {
-    asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;"
-                 :: "l"(dst), "r"(q[0]), "r"(q[1]), "l"(policy) : "memory");
-  } else {
-    static_assert(kWords == 1, "8 or 4 elements per 16-byte vector");
-    asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;"
-                 :: "l"(dst), "r"(q[0]), "l"(policy) : "memory");
-  }
-}
-
 // The kVec elements at p[0..valid) packed like a 16-byte load, zero-filled
 // (for rows that are not 16-byte aligned or the last partial vector).
 template <typename In>

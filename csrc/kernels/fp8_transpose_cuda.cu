@@ -17,7 +17,17 @@
 // example or it has no tile left. With current scaling (scale_from_amax) the
 // amax kernel has run first: every tile derives the scale from the finished
 // amax, the first tile of each example writes scale_inv, nothing is published.
+//
+// kFusedAmax (current scaling of one example, CurrentTransposeApplies): the
+// amax pass is the same kernel's phase 1, in one cooperative launch after
+// InitKernel. Each block reads its own tiles, last first, with the same
+// per-thread pattern as the cast; its first l2_tiles tiles (read last, about
+// 60% of the L2 over all blocks) with L2 evict_last, the others and phase 2's
+// re-reads evict_first. One atomicMax per block, a grid-wide sync, then the
+// cast + transpose above: its first tiles come from L2, and the second launch
+// of the two-pass path is gone.
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,7 +62,9 @@ struct TransposeParams {
   int64_t row_tiles;
   int64_t col_tiles;
   int64_t tiles;  // batch * row_tiles * col_tiles
+  int64_t l2_tiles;  // kFusedAmax: a block's first tiles kept in L2
   bool scale_from_amax;
+  bool hints;  // kFusedAmax: L2 eviction priorities (else evict_normal)
 };
 
 // Word index in the staging tile of (tile row, 4-byte word): the 16-row
@@ -61,7 +73,7 @@ __device__ __forceinline__ int StagedWord(int row, int word) {
   return row * kTileWords + (word ^ (4 * ((row >> 4) & 7)));
 }
 
-template <typename In, Fp8Format kFormat>
+template <typename In, Fp8Format kFormat, bool kFusedAmax>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     CastTransposeKernel(const __grid_constant__ TransposeParams p) {
   using Storage = typename In::Storage;
@@ -79,7 +91,51 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int64_t tiles_per_example = p.row_tiles * p.col_tiles;
   const int64_t elements = p.rows * p.cols;
 
+  const uint64_t drop_policy = L2Policy(kFusedAmax && p.hints, /*keep=*/false);
+  auto load = [&](const void* at, uint64_t policy) {
+    return kFusedAmax ? LoadStreaming(at, policy) : LoadStreaming(at);
+  };
+
   float amax = 0.0f;
+  if constexpr (kFusedAmax) {
+    // Phase 1 (one example): the amax over this block's tiles, last first,
+    // with the cast's per-thread pattern (a flat stream, last chunks first,
+    // measured ~1 us slower).
+    const uint64_t keep_policy = L2Policy(p.hints, /*keep=*/true);
+    const Storage* x = static_cast<const Storage*>(p.x);
+    const int64_t count = (p.tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
+    for (int64_t k = count - 1; k >= 0; --k) {
+      const int64_t t = blockIdx.x + k * gridDim.x;
+      const int64_t m0 = (t / p.col_tiles) * kTileRows;
+      const int64_t c = (t % p.col_tiles) * kTileCols + col_lane * kVec;
+      const uint64_t policy = k < p.l2_tiles ? keep_policy : drop_policy;
+      if (c >= p.cols) continue;
+#pragma unroll 1
+      for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
+        uint4 raw[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t m = m0 + row_lane + int64_t{kRowLanes} * (k0 + u);
+          raw[u] = m < p.rows ? load(x + m * p.cols + c, policy)
+                              : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          float v[kVec];
+          In::Unpack(raw[u], v);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+        }
+      }
+    }
+    amax = BlockMax<kThreads>(amax, warp_max);
+    if (tid == 0 && amax > 0.0f) {
+      atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
+    }
+    amax = 0.0f;
+    cooperative_groups::this_grid().sync();
+  }
+
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const int64_t b = t / tiles_per_example;
     const int64_t in_example = t % tiles_per_example;
@@ -102,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t m = m0 + row_lane + int64_t{kRowLanes} * (k0 + u);
         raw[u] = make_uint4(0u, 0u, 0u, 0u);
-        if (lane_active && m < p.rows) raw[u] = LoadStreaming(x + m * p.cols + c);
+        if (lane_active && m < p.rows) raw[u] = load(x + m * p.cols + c, drop_policy);
       }
       // Offset of this thread's first row of the batch (the others follow
       // kRowLanes rows apart).
@@ -172,12 +228,18 @@ bool TransposeApplies(const Fp8QuantizeProblem& problem,
          Aligned16(buffers.col) && (!problem.rowwise || Aligned16(buffers.row));
 }
 
-LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
-                             const Fp8QuantizeBuffers& buffers,
-                             cudaStream_t stream, int sms) {
+namespace {
+
+// The cast + transpose (kFusedAmax: with the amax pass in front, one
+// cooperative launch).
+template <bool kFusedAmax>
+LaunchStatus LaunchTransposeKernel(const Fp8QuantizeProblem& problem,
+                                   const Fp8QuantizeBuffers& buffers,
+                                   cudaStream_t stream, int sms) {
   return DispatchTypes(problem, [&](auto input, auto format) -> LaunchStatus {
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
+    auto* kernel = &CastTransposeKernel<In, kFormat, kFusedAmax>;
     TransposeParams p = {};
     p.x = buffers.x;
     p.scale = buffers.scale;
@@ -192,16 +254,42 @@ LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
     p.tiles = problem.batch * p.row_tiles * p.col_tiles;
     p.scale_from_amax = problem.scale_from_amax;
     if (p.tiles <= 0) return LaunchStatus{};
-    static const int blocks_per_sm = std::min(
-        kBlocksPerSm,
-        BlocksPerSm(&CastTransposeKernel<In, kFormat>, kThreads, 0));
+    // One wave of resident blocks (a cooperative grid must be all resident).
+    static const int blocks_per_sm =
+        std::min(kBlocksPerSm, BlocksPerSm(kernel, kThreads, 0));
     const int64_t grid = std::min(p.tiles, int64_t{sms} * blocks_per_sm);
+    if (kFusedAmax) {
+      const int64_t tile_bytes = int64_t{kTileRows} * kTileCols *
+                                 static_cast<int64_t>(sizeof(typename In::Storage));
+      p.l2_tiles = L2TilesPerBlock(grid, tile_bytes);
+      p.hints = UseL2Hints();
+    }
     const cudaError_t error =
-        Launch(&CastTransposeKernel<In, kFormat>,
-               dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream, 1, p);
+        Launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream, 1, p,
+               /*cooperative=*/kFusedAmax);
     if (error != cudaSuccess) return Failed(error, "launching CastTransposeKernel");
     return LaunchStatus{};
   });
+}
+
+}  // namespace
+
+LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
+                             const Fp8QuantizeBuffers& buffers,
+                             cudaStream_t stream, int sms) {
+  return LaunchTransposeKernel<false>(problem, buffers, stream, sms);
+}
+
+bool CurrentTransposeApplies(const Fp8QuantizeProblem& problem,
+                             const Fp8QuantizeBuffers& buffers) {
+  return problem.scale_from_amax && problem.batch == 1 &&
+         TransposeApplies(problem, buffers);
+}
+
+LaunchStatus LaunchCurrentTranspose(const Fp8QuantizeProblem& problem,
+                                    const Fp8QuantizeBuffers& buffers,
+                                    cudaStream_t stream, int sms) {
+  return LaunchTransposeKernel<true>(problem, buffers, stream, sms);
 }
 
 }  // namespace eqx_quant::cuda::fp8
