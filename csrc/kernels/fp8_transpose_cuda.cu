@@ -254,10 +254,13 @@ LaunchStatus LaunchTransposeKernel(const Fp8QuantizeProblem& problem,
     p.tiles = problem.batch * p.row_tiles * p.col_tiles;
     p.scale_from_amax = problem.scale_from_amax;
     if (p.tiles <= 0) return LaunchStatus{};
-    // One wave of resident blocks (a cooperative grid must be all resident).
+    // A cooperative grid is one wave of resident blocks; otherwise one block
+    // per tile (short blocks stream faster than a persistent wave:
+    // .ci/probes/stream_cast.cu).
     static const int blocks_per_sm =
         std::min(kBlocksPerSm, BlocksPerSm(kernel, kThreads, 0));
-    const int64_t grid = std::min(p.tiles, int64_t{sms} * blocks_per_sm);
+    const int64_t grid = std::min(
+        p.tiles, kFusedAmax ? int64_t{sms} * blocks_per_sm : int64_t{0x7FFFFFFF});
     if (kFusedAmax) {
       const int64_t tile_bytes = int64_t{kTileRows} * kTileCols *
                                  static_cast<int64_t>(sizeof(typename In::Storage));
