@@ -95,6 +95,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   auto load = [&](const void* at, uint64_t policy) {
     return kFusedAmax ? LoadStreaming(at, policy) : LoadStreaming(at);
   };
+  // This thread's kUnroll rows k0... of the tile at row m0, its column c
+  // (zeros past the last row, or for an inactive lane).
+  auto load_rows = [&](const Storage* x, int64_t m0, int64_t c, int k0,
+                       bool active, uint64_t policy, uint4(&raw)[kUnroll]) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t m = m0 + row_lane + int64_t{kRowLanes} * (k0 + u);
+      raw[u] = make_uint4(0u, 0u, 0u, 0u);
+      if (active && m < p.rows) raw[u] = load(x + m * p.cols + c, policy);
+    }
+  };
 
   float amax = 0.0f;
   if constexpr (kFusedAmax) {
@@ -113,12 +124,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll 1
       for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
         uint4 raw[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t m = m0 + row_lane + int64_t{kRowLanes} * (k0 + u);
-          raw[u] = m < p.rows ? load(x + m * p.cols + c, policy)
-                              : make_uint4(0u, 0u, 0u, 0u);
-        }
+        load_rows(x, m0, c, k0, true, policy, raw);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           float v[kVec];
@@ -154,12 +160,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll 1
     for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
       uint4 raw[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t m = m0 + row_lane + int64_t{kRowLanes} * (k0 + u);
-        raw[u] = make_uint4(0u, 0u, 0u, 0u);
-        if (lane_active && m < p.rows) raw[u] = load(x + m * p.cols + c, drop_policy);
-      }
+      load_rows(x, m0, c, k0, lane_active, drop_policy, raw);
       // Offset of this thread's first row of the batch (the others follow
       // kRowLanes rows apart).
       const int64_t row_first =
