@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kCastThreads, kCastBlocksPerSm)
         const int64_t i = base + u * kCastThreads + tid;
         if (i < vectors) raw[u] = LoadStreaming(xv + i * kVec);
       }
-      uint8_t* const o = ov + (base + tid) * kVec;
+      uint8_t* const o = kCast ? ov + (base + tid) * kVec : nullptr;
 #pragma unroll
       for (int u = 0; u < kCastUnroll; ++u) {
         const int64_t i = base + u * kCastThreads + tid;
