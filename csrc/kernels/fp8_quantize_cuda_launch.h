@@ -42,23 +42,18 @@ inline bool UseL2Hints() {
   return use;
 }
 
-// Bytes of input to keep in L2 between two passes: about 60% of the L2 (the
-// rest for the outputs written meanwhile and other lines), 0 without L2
-// hints; EQX_QUANT_CUDA_L2_PERCENT=<0..100> sets another share (for
-// measurements).
-inline int64_t L2KeepBytes() {
+// Tiles of `tile_bytes` per block (of `grid`) that fit in about 60% of the L2
+// (the rest for the outputs written meanwhile and other lines);
+// EQX_QUANT_CUDA_L2_PERCENT=<0..100> sets another share (for measurements).
+inline int64_t L2TilesPerBlock(int64_t grid, int64_t tile_bytes) {
   static const int64_t percent = [] {
     const char* value = std::getenv("EQX_QUANT_CUDA_L2_PERCENT");
     const int64_t parsed = value == nullptr ? 60 : std::atoll(value);
     return parsed < 0 ? int64_t{0} : (parsed > 100 ? int64_t{100} : parsed);
   }();
-  if (!UseL2Hints()) return 0;
-  return DeviceAttribute<cudaDevAttrL2CacheSize>(0) * percent / 100;
-}
-
-// Tiles of `tile_bytes` per block (of `grid`) within L2KeepBytes.
-inline int64_t L2TilesPerBlock(int64_t grid, int64_t tile_bytes) {
-  return grid <= 0 ? 0 : L2KeepBytes() / (grid * tile_bytes);
+  if (!UseL2Hints() || grid <= 0) return 0;
+  const int64_t l2_bytes = DeviceAttribute<cudaDevAttrL2CacheSize>(0);
+  return l2_bytes * percent / 100 / (grid * tile_bytes);
 }
 
 inline LaunchStatus Failed(cudaError_t error, const char* what) {

@@ -57,6 +57,7 @@
 #include "kernels/cuda_sm_count.h"
 #include "kernels/mxfp8_quantize_cuda.h"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"
+#include "kernels/mxfp8_row_stream_cuda.cuh"
 
 namespace eqx_quant::cuda {
 namespace {
@@ -73,7 +74,10 @@ using mxfp8::KeyWordMax;
 using mxfp8::QuantizeBlockScalar;
 using mxfp8::QuantizeVector;
 using mxfp8::VectorKey;
-using cuda::LoadStreaming;
+using mxfp8_row::kRowStreamThreads;
+using mxfp8_row::kRowStreamUnroll;
+using mxfp8_row::RowStreamKernel;
+using mxfp8_row::RowStreamParams;
 
 constexpr int kBlock = static_cast<int>(kMxfp8BlockSize);  // 32
 constexpr int kThreads = 256;
@@ -291,102 +295,6 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
 }
 
 // ---------------------------------------------------------------------------
-// Rowwise only, every row a whole number of blocks: the data as one flat
-// stream of 16-byte vectors. Vector i (elements i * kVec ...) is lane i % 32
-// of a warp, so block i / kLanesPerBlock is kLanesPerBlock consecutive lanes
-// and its scale byte goes to row_scale[i / kLanesPerBlock]. A CTA takes one
-// chunk of kThreads x kRowStreamUnroll vectors and exits (a grid of short
-// CTAs streams faster on the H200 than one persistent wave:
-// .ci/probes/stream_cast.cu); a warp takes 32 x kRowStreamUnroll consecutive
-// vectors, so that the scale bytes of a warp fill whole 32-byte sectors
-// (16-bit inputs; half a sector for f32) within a few instructions.
-
-constexpr int kRowStreamUnroll = 4;  // 16-byte loads in flight per thread
-
-struct RowStreamParams {
-  const void* x;
-  uint8_t* row;
-  uint8_t* row_scale;
-  int64_t vectors;  // elements / kVec: a multiple of kLanesPerBlock
-  bool words;       // row_scale 4-byte aligned: scale bytes as words
-};
-
-// One CTA's chunk: vectors [chunk0, chunk0 + valid) of the stream, valid <=
-// kThreads * kRowStreamUnroll (kFull: all of them, no range checks).
-template <typename In, Fp8Format kFormat, bool kFull>
-__device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
-                                               int64_t chunk0, int valid) {
-  constexpr int kVec = In::kVec;
-  constexpr int kLanesPerBlock = kBlock / kVec;   // 4 (16-bit) or 8 (f32)
-  constexpr int kWordLanes = 4 * kLanesPerBlock;  // lanes of 4 blocks
-  const int lane = threadIdx.x % 32;
-  // This warp's vectors: [warp0, warp0 + 32 * kRowStreamUnroll) of the chunk.
-  const int warp0 = (threadIdx.x - lane) * kRowStreamUnroll;
-  const int64_t mine = chunk0 + warp0 + lane;
-  const uint4* x = static_cast<const uint4*>(p.x) + mine;
-  uint8_t* const row = p.row + mine * kVec;
-  uint8_t* const scale = p.row_scale + (chunk0 + warp0) / kLanesPerBlock;
-  auto in_range = [&](int u) { return kFull || warp0 + u * 32 + lane < valid; };
-
-  uint4 raw[kRowStreamUnroll];
-#pragma unroll
-  for (int u = 0; u < kRowStreamUnroll; ++u) {
-    raw[u] = in_range(u) ? LoadStreaming(x + u * 32) : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int u = 0; u < kRowStreamUnroll; ++u) {
-    // Every lane runs the shuffles; a block is wholly in or out of range.
-    const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-    uint32_t key = VectorKey<In>(w);
-#pragma unroll
-    for (int s = 1; s < kLanesPerBlock; s *= 2) {
-      key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
-    }
-    const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
-    if (in_range(u)) {
-      const float factor = E8m0ReciprocalScale(e);
-      uint32_t q[kVec / 4];
-      QuantizeVector<In, kFormat, true>(w, &factor, q);
-      StoreCastWords(row + u * 32 * kVec, q);
-    }
-    // The scale bytes of 4 consecutive blocks as one word, to the first
-    // lane of the 4 (a multiple of kWordLanes vectors into the chunk: the
-    // word is 4-byte aligned in an aligned row_scale).
-    uint32_t word = e;
-#pragma unroll
-    for (int k = 1; k < 4; ++k) {
-      const uint32_t other =
-          __shfl_down_sync(0xFFFFFFFFu, uint32_t{e}, k * kLanesPerBlock);
-      word |= other << (8 * k);
-    }
-    const int block = (u * 32 + lane) / kLanesPerBlock;  // in the warp's
-    if (p.words && (kFull || warp0 + u * 32 + lane + kWordLanes <= valid)) {
-      // A plain store: the sector's other words follow from this warp's
-      // next vectors and merge in L2 (a streaming store could leave L2 as a
-      // partial sector).
-      if (lane % kWordLanes == 0) {
-        *reinterpret_cast<uint32_t*>(scale + block) = word;
-      }
-    } else if (lane % kLanesPerBlock == 0 && in_range(u)) {
-      scale[block] = e;
-    }
-  }
-}
-
-template <typename In, Fp8Format kFormat>
-__global__ void __launch_bounds__(kThreads, 8)
-    RowStreamKernel(const __grid_constant__ RowStreamParams p) {
-  constexpr int kChunk = kThreads * kRowStreamUnroll;
-  const int64_t chunk0 = int64_t{blockIdx.x} * kChunk;
-  const int64_t left = p.vectors - chunk0;
-  if (left >= kChunk) {
-    RowStreamChunk<In, kFormat, true>(p, chunk0, kChunk);
-  } else {
-    RowStreamChunk<In, kFormat, false>(p, chunk0, static_cast<int>(left));
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Scalar kernels: one thread per block (QuantizeBlockScalar).
 
 struct ScalarParams {
@@ -492,13 +400,13 @@ Mxfp8LaunchStatus LaunchRowStream(const Mxfp8QuantizeBuffers& buffers,
   p.row_scale = buffers.row_scale;
   p.vectors = elements / In::kVec;
   p.words = Aligned(buffers.row_scale, 4);
-  const int64_t chunk = int64_t{kThreads} * kRowStreamUnroll;
+  const int64_t chunk = int64_t{kRowStreamThreads} * kRowStreamUnroll;
   const int64_t chunks = (p.vectors + chunk - 1) / chunk;
   if (chunks > int64_t{0x7FFFFFFF}) {
     return Mxfp8LaunchStatus{false, 0, "the tensor is too large (2^31 chunks)"};
   }
   RowStreamKernel<In, kFormat>
-      <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p);
+      <<<static_cast<unsigned>(chunks), kRowStreamThreads, 0, stream>>>(p);
   return Check("launching RowStreamKernel");
 }
 
