@@ -33,6 +33,10 @@
 //     multipliers of the 128 possible scale bytes are a shared table. Walks x
 //     forwards (the amax kernels walk it backwards: each pass starts on what
 //     the previous one left in L2).
+//   * RowHalfKernel (kernels/nvfp4_row_half_cuda.cuh): RowFastKernel's
+//     problems for bf16 / f16 without stochastic rounding (4-byte aligned
+//     output suffices), with the values kept packed: about half the
+//     instructions per vector.
 //   * RowScalarKernel: rowwise only, every other shape: one thread per block,
 //     scalar loads, 8-byte stores of the packed codes where aligned, nibble
 //     stores (atomic) for a byte shared with a neighbouring block (odd L).
@@ -49,6 +53,7 @@
 #include "common/threefry.h"
 #include "kernels/nvfp4_quantize_cuda.h"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
+#include "kernels/nvfp4_row_half_cuda.cuh"
 
 namespace eqx_quant::cuda {
 namespace {
@@ -329,14 +334,38 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
   const bool fast = v.l % kB == 0 && IsAligned(buf.x, 16) &&
                     IsAligned(buf.row, 16) &&
                     (v.batch == 1 || (p.elements / 2) % store_bytes == 0);
+  if constexpr (In::kVec == 8 && !kSr) {
+    if (v.l % kB == 0 && IsAligned(buf.x, 16) && IsAligned(buf.row, 4)) {
+      RowHalfParams h{buf.x, buf.amax, buf.row, buf.row_scale, v.batch,
+                      p.elements / In::kVec};
+      static const cudaError_t allowed = cudaFuncSetAttribute(
+          RowHalfKernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(kRowHalfRingBytes));
+      if (allowed != cudaSuccess) {
+        return Nvfp4LaunchStatus{false, static_cast<int>(allowed),
+                                 "allowing RowHalfKernel its shared memory"};
+      }
+      static const int per_sm =
+          ResidentBlocks(RowHalfKernel<In>, kRowHalfThreads,
+                         kRowHalfBlocksPerSm, kRowHalfRingBytes);
+      const int64_t steps = CeilDiv(h.vectors, int64_t{kRowHalfStep});
+      const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
+      return LaunchPdl(RowHalfKernel<In>,
+                       dim3(GridSize(std::min(steps, room)), grid_y), stream,
+                       h, "launching RowHalfKernel", kRowHalfRingBytes);
+    }
+  }
   if (fast) {
     static const int per_sm = ResidentBlocks(RowFastKernel<In, kSr>, kThreads,
                                              kRowFastMinBlocks<kSr>);
     const int64_t vectors = p.elements / In::kVec;
     const int64_t want = CeilDiv(vectors, int64_t{kThreads} * kRowUnroll);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
+    // With stochastic rounding (ALU-bound) one CTA per step of 1024 vectors
+    // (285 vs 298 us at 8192^2); without, a persistent wave.
     return LaunchPdl(RowFastKernel<In, kSr>,
-                     dim3(GridSize(std::min(want, room)), grid_y), stream, p,
+                     dim3(GridSize(kSr ? want : std::min(want, room)), grid_y),
+                     stream, p,
                      "launching RowFastKernel");
   }
   static const int per_sm = ResidentBlocks(RowScalarKernel<In, kSr>, kThreads,

@@ -299,6 +299,12 @@ __device__ __forceinline__ void AsyncWaitAllButNewest() {
   asm volatile("cp.async.wait_group 1;" ::: "memory");
 }
 
+// Waits until at most kPending committed groups of this thread are pending.
+template <int kPending>
+__device__ __forceinline__ void AsyncWaitGroup() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
 // Programmatic dependent launch (sm_90); no-ops without the launch attribute.
 __device__ __forceinline__ void WaitForPrerequisiteGrids() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -354,20 +360,21 @@ inline bool UsePdl() {
   return use;
 }
 
-// Launch `kernel` (256 threads) with programmatic dependent launch: it may
-// start while the previous kernel on the stream runs, so it must call
+// Launch `kernel` (256 threads, `shared_bytes` of dynamic shared memory, which
+// the caller has allowed the kernel) with programmatic dependent launch: it
+// may start while the previous kernel on the stream runs, so it must call
 // WaitForPrerequisiteGrids() before it reads what that kernel writes.
 template <typename Kernel, typename Params>
 Nvfp4LaunchStatus LaunchPdl(Kernel kernel, dim3 grid,
                             cudaStream_t stream, const Params& params,
-                            const char* what) {
+                            const char* what, size_t shared_bytes = 0) {
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(256);
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = attribute;
   config.numAttrs = UsePdl() ? 1 : 0;
@@ -379,13 +386,14 @@ Nvfp4LaunchStatus LaunchPdl(Kernel kernel, dim3 grid,
   return CheckLaunch(what);
 }
 
-// Resident CTAs per SM of `kernel` with `threads` threads (`fallback` if the
-// query fails).
+// Resident CTAs per SM of `kernel` with `threads` threads and `shared_bytes`
+// of dynamic shared memory (`fallback` if the query fails).
 template <typename Kernel>
-int ResidentBlocks(Kernel kernel, int threads, int fallback) {
+int ResidentBlocks(Kernel kernel, int threads, int fallback,
+                   size_t shared_bytes = 0) {
   int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads,
-                                                    0) != cudaSuccess ||
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, kernel, threads, shared_bytes) != cudaSuccess ||
       blocks <= 0) {
     cudaGetLastError();
     blocks = fallback;

@@ -214,6 +214,74 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCode(float value, uint32_t r) {
 }
 
 // ---------------------------------------------------------------------------
+// Packed 16-bit inputs (bf16 or f16 bits, two per word: element 2k in the
+// low half of word k, 2k + 1 in its high half): the block key and the code
+// word of 8 values without unpacking them (RowHalfKernel).
+
+// Per 16-bit half: max(a, b).
+EQXQ_HOST_DEVICE inline uint32_t MaxU16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  return Max3U16x2(a, b, 0u);
+#endif
+}
+
+// Per half: the max magnitude bits (sign cleared) over the 8 values of w.
+// Both formats order magnitudes as their bits do, NaN above inf.
+EQXQ_HOST_DEVICE inline uint32_t HalfMagnitudeMax(const uint32_t (&w)[4]) {
+  constexpr uint32_t kClear = 0x7FFF7FFFu;
+  return MaxU16x2(Max3U16x2(w[0] & kClear, w[1] & kClear, w[2] & kClear),
+                  w[3] & kClear);
+}
+
+// max(low half, high half) of m in the low half (the high half is m's).
+EQXQ_HOST_DEVICE inline uint32_t FoldHalves(uint32_t m) {
+  return MaxU16x2(m, m >> 16);
+}
+
+// Byte n of the result: 0xFF if the top bit of byte ((s >> 4n) & 7) of
+// {y:x} is set, else 0 (PRMT with sign-replicating selectors).
+EQXQ_HOST_DEVICE inline uint32_t ByteSigns(uint32_t x, uint32_t y,
+                                           uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(s | 0x8888u));
+  return r;
+#else
+  const uint32_t bytes = BytePerm(x, y, s & 0x7777u);
+  uint32_t out = 0;
+  for (int n = 0; n < 4; ++n) {
+    if ((bytes >> (8 * n + 7)) & 1u) out |= 0xFFu << (8 * n);
+  }
+  return out;
+#endif
+}
+
+// The sign bits of the 8 values of w at bit 3 of their nibbles (element e:
+// bit 4e + 3): byte b of the code word holds elements 2b (low nibble) and
+// 2b + 1, whose signs are bits 15 and 31 of w[b]. 4 PRMT; the two masks
+// merge into the magnitudes with two LOP3.
+EQXQ_HOST_DEVICE inline uint32_t SignNibbles8(const uint32_t (&w)[4],
+                                              uint32_t magnitudes) {
+  const uint32_t s01 = ByteSigns(w[0], w[1], 0x7351u);  // s0 s2 s1 s3
+  const uint32_t s23 = ByteSigns(w[2], w[3], 0x7351u);  // s4 s6 s5 s7
+  const uint32_t even = BytePerm(s01, s23, 0x5410u);    // s0 s2 s4 s6
+  const uint32_t odd = BytePerm(s01, s23, 0x7632u);     // s1 s3 s5 s7
+  return (magnitudes | (even & 0x08080808u)) | (odd & 0x80808080u);
+}
+
+// The code word of 8 magnitudes a (>= 0, NaN-free) and the sign bits of
+// the 8 values of w: nibble e = E2M1Magnitude(a[e]) | sign(e) << 3.
+EQXQ_HOST_DEVICE inline uint32_t CodeWord8(const float (&a)[8],
+                                           const uint32_t (&w)[4]) {
+  uint32_t m = E2M1Magnitude(a[0]);
+EQXQ_NVFP4_UNROLL
+  for (int e = 1; e < 8; ++e) m += E2M1Magnitude(a[e]) << (4 * e);
+  return SignNibbles8(w, m);
+}
+
+// ---------------------------------------------------------------------------
 // Block amax keys (common/nvfp4_format.h's AmaxKey: magnitude bits, NaN -> 0).
 
 constexpr uint32_t kF32Magnitude = 0x7FFFFFFFu;

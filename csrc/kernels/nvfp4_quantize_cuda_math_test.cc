@@ -15,6 +15,9 @@
 //     EncodeExact<16> == FloatToE2M1(fl(v * enc)) per element, on 2M random
 //     NaN-free blocks (subnormals, infinities, zeros of both signs, extreme
 //     multipliers), and RawKey == NanFreeKey there;
+//   * the packed 16-bit path (HalfMagnitudeMax, FoldHalves, CodeWord8) ==
+//     RawKey and FloatToE2M1 of the unpacked bf16 / f16 values, on 2M random
+//     words (zeros, subnormals, infinities, max finite; NaN detection);
 //   * E2M1StochasticCode(v, r) == FloatToE2M1Stochastic(v, r) for every
 //     97th bit pattern of v (every one with `full`) with r around the
 //     rounding threshold, 0, ~0 and random, and around every grid point;
@@ -151,6 +154,64 @@ void CheckEncoders(Random& rng) {
         "keys with NaN");
 }
 
+// RowHalfKernel's packed 16-bit path: the key from HalfMagnitudeMax /
+// FoldHalves == RawKey of the unpacked values (NaN: above the format's inf),
+// and CodeWord8 == the nibbles FloatToE2M1(fl(v * enc)), bf16 and f16.
+void CheckHalfWords(Random& rng) {
+  for (int it = 0; it < 2000000; ++it) {
+    const bool f16 = it % 2 == 1;
+    const uint32_t inf = f16 ? 0x7C00u : 0x7F80u;
+    uint32_t w[4];
+    float v[8];
+    bool has_nan = false;
+    for (int e = 0; e < 8; ++e) {
+      uint32_t h = rng.Bits() & 0xFFFFu;
+      switch (rng.Below(8)) {
+        case 0: h &= 0x8000u; break;                        // zeros
+        case 1: h = (h & 0x8000u) | inf; break;             // infinities
+        case 2: h &= f16 ? 0x83FFu : 0x807Fu; break;        // subnormals
+        case 3: h = (h & 0x8000u) | (inf - 1); break;       // max finite
+        default: break;
+      }
+      if (rng.Below(64) != 0 && (h & 0x7FFFu) > inf) h &= 0x8000u | (inf - 1);
+      has_nan |= (h & 0x7FFFu) > inf;
+      v[e] = f16 ? eqx_quant::F16BitsToFloat(static_cast<uint16_t>(h))
+                 : eqx_quant::Bf16BitsToFloat(static_cast<uint16_t>(h));
+      if (e % 2 == 0) {
+        w[e / 2] = h;
+      } else {
+        w[e / 2] |= h << 16;
+      }
+    }
+    const uint32_t key16 = nv::FoldHalves(nv::HalfMagnitudeMax(w)) & 0xFFFFu;
+    Check((key16 > inf) == has_nan, "half key nan", key16, w[0], w[1]);
+    if (has_nan) continue;
+    const float key = f16 ? eqx_quant::F16BitsToFloat(static_cast<uint16_t>(key16))
+                          : eqx_quant::Bf16BitsToFloat(static_cast<uint16_t>(key16));
+    Check(FloatToBits(key) == nv::RawKey<8>(v), "half key", key16, w[0], w[1]);
+    float enc;
+    switch (rng.Below(4)) {
+      case 0: enc = 3.4028235e38f; break;
+      case 1: {
+        enc = BitsToFloat((rng.Bits() & 0x7FFFFFFFu) % 0x7F800000u);
+        if (enc == 0.0f) enc = 1.0f;
+        break;
+      }
+      default:
+        enc = std::ldexp(1.0f + static_cast<float>(rng.Below(1000)) / 1000.0f,
+                         static_cast<int>(rng.Below(60)) - 30);
+    }
+    float a[8];
+    uint32_t want = 0;
+    for (int e = 0; e < 8; ++e) {
+      a[e] = std::fabs(v[e]) * enc;
+      want |= static_cast<uint32_t>(eqx_quant::FloatToE2M1(v[e] * enc)) << (4 * e);
+    }
+    Check(nv::CodeWord8(a, w) == want, "half code word", want,
+          nv::CodeWord8(a, w), FloatToBits(enc));
+  }
+}
+
 // Rht16Exact == Rht16; RoundToBf16(RhtAbsMax) == max AmaxKey of Rht16.
 void CheckRht(Random& rng) {
   for (int it = 0; it < 3000000; ++it) {
@@ -236,6 +297,7 @@ int main(int argc, char** argv) {
   Random rng(1);
   CheckMagnitudes(full);
   CheckEncoders(rng);
+  CheckHalfWords(rng);
   CheckRht(rng);
   CheckStochastic(full, rng);
   Check(nv::BytePerm(0x33221100u, 0x77665544u, 0x7531u) == 0x77553311u,
