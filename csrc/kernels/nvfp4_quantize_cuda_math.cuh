@@ -59,6 +59,43 @@ EQXQ_HOST_DEVICE inline float MulRn(float a, float b) {
 #endif
 }
 
+// fl(a * b + c), one rounding (FFMA).
+EQXQ_HOST_DEVICE inline float FmaRn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// min(max(fl(a * b), 0), 1), NaN -> 0 (FMUL.SAT).
+EQXQ_HOST_DEVICE inline float MulSatRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __saturatef(__fmul_rn(a, b));
+#else
+  const float p = a * b;
+  return p > 0.0f ? (p < 1.0f ? p : 1.0f) : 0.0f;
+#endif
+}
+
+// Per signed 16-bit half: min(a + b (wrapping), c) (VIADDMNMX.S16x2).
+EQXQ_HOST_DEVICE inline uint32_t AddMinS16x2(uint32_t a, uint32_t b,
+                                             uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  return __viaddmin_s16x2(a, b, c);
+#else
+  uint32_t out = 0;
+  for (int h = 0; h < 2; ++h) {
+    const int16_t sum = static_cast<int16_t>(
+        static_cast<uint16_t>((a >> (16 * h)) + (b >> (16 * h))));
+    const int16_t limit = static_cast<int16_t>(static_cast<uint16_t>(c >> (16 * h)));
+    const int16_t m = sum < limit ? sum : limit;
+    out |= static_cast<uint32_t>(static_cast<uint16_t>(m)) << (16 * h);
+  }
+  return out;
+#endif
+}
+
 // min(a + b, c) (VIADDMNMX).
 EQXQ_HOST_DEVICE inline int32_t AddMin(int32_t a, int32_t b, int32_t c) {
 #if defined(__CUDA_ARCH__)
@@ -269,6 +306,46 @@ EQXQ_HOST_DEVICE inline uint32_t SignNibbles8(const uint32_t (&w)[4],
   const uint32_t even = BytePerm(s01, s23, 0x5410u);    // s0 s2 s4 s6
   const uint32_t odd = BytePerm(s01, s23, 0x7632u);     // s1 s3 s5 s7
   return (magnitudes | (even & 0x08080808u)) | (odd & 0x80808080u);
+}
+
+// The E2M1 magnitude codes of two magnitudes a0, a1 (>= 0, NaN-free) from
+// s = min(a / 8, 1), exactly as computed by MulSatRn(|v|, enc / 8) when
+// a = fl(|v| * enc) and enc / 8 is exact: code(a0) in the low 16-bit half,
+// code(a1) in the high one. E2M1Magnitude's three lines on two values at
+// once: with 2a = 16 s <= 16 (a > 8 saturates to code 7 either way), each
+// rounded term is the bit distance of fma(s, 2^(4-k), 2^23) from 2^23 (k =
+// 0, 1, 2: RNE(2a), RNE(a), RNE(a/2); the products are exact, one rounding,
+// ties to even), at most 16, so the low 16 bits hold it and the high 16 bits
+// are 0x4B00. r(a0) + r(a1) << 16 (IMAD) carries them as signed halves:
+// low = t(a0), high = 0x4B00 + t(a1); one VIADDMNMX.S16x2 per line takes
+// the min of both values at once. 6 FFMA + 3 IMAD + 3 VIADDMNMX.S16x2 for
+// two values (E2M1Magnitude: 6 FADD + 6 VIADDMNMX).
+EQXQ_HOST_DEVICE inline uint32_t E2M1MagnitudePair(float s0, float s1) {
+  constexpr float kMagic = 8388608.0f;  // 2^23: unit in the last place 1
+  constexpr uint32_t kHigh = 0x4B00u;   // the high half of its bits
+  auto pair = [](float t0, float t1) {
+    return FloatToBits(t0) + (FloatToBits(t1) << 16);
+  };
+  auto offsets = [](uint32_t add) {  // per half: + add, the high one - kHigh
+    return add | (((add - kHigh) & 0xFFFFu) << 16);
+  };
+  const uint32_t half_a = pair(FmaRn(s0, 4.0f, kMagic), FmaRn(s1, 4.0f, kMagic));
+  const uint32_t whole_a = pair(FmaRn(s0, 8.0f, kMagic), FmaRn(s1, 8.0f, kMagic));
+  const uint32_t twice_a =
+      pair(FmaRn(s0, 16.0f, kMagic), FmaRn(s1, 16.0f, kMagic));
+  uint32_t code = AddMinS16x2(half_a, offsets(4), 0x00070007u);
+  code = AddMinS16x2(whole_a, offsets(2), code);
+  return AddMinS16x2(twice_a, offsets(0), code);
+}
+
+// CodeWord8 from s[e] = MulSatRn(|v_e|, enc / 8) (enc / 8 exact): element e
+// and e + 4 share a pair, whose word shifted by 4e puts both codes in place.
+EQXQ_HOST_DEVICE inline uint32_t CodeWord8Scaled(const float (&s)[8],
+                                                 const uint32_t (&w)[4]) {
+  uint32_t m = E2M1MagnitudePair(s[0], s[4]);
+EQXQ_NVFP4_UNROLL
+  for (int e = 1; e < 4; ++e) m += E2M1MagnitudePair(s[e], s[e + 4]) << (4 * e);
+  return SignNibbles8(w, m);
 }
 
 // The code word of 8 magnitudes a (>= 0, NaN-free) and the sign bits of

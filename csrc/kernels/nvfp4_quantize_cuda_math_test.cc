@@ -15,7 +15,8 @@
 //     EncodeExact<16> == FloatToE2M1(fl(v * enc)) per element, on 2M random
 //     NaN-free blocks (subnormals, infinities, zeros of both signs, extreme
 //     multipliers), and RawKey == NanFreeKey there;
-//   * the packed 16-bit path (HalfMagnitudeMax, FoldHalves, CodeWord8) ==
+//   * the packed 16-bit path (HalfMagnitudeMax, FoldHalves, CodeWord8 and
+//     CodeWord8Scaled from MulSatRn(|v|, enc / 8)) ==
 //     RawKey and FloatToE2M1 of the unpacked bf16 / f16 values, on 2M random
 //     words (zeros, subnormals, infinities, max finite; NaN detection);
 //   * E2M1StochasticCode(v, r) == FloatToE2M1Stochastic(v, r) for every
@@ -158,6 +159,7 @@ void CheckEncoders(Random& rng) {
 // FoldHalves == RawKey of the unpacked values (NaN: above the format's inf),
 // and CodeWord8 == the nibbles FloatToE2M1(fl(v * enc)), bf16 and f16.
 void CheckHalfWords(Random& rng) {
+  int paired = 0;
   for (int it = 0; it < 2000000; ++it) {
     const bool f16 = it % 2 == 1;
     const uint32_t inf = f16 ? 0x7C00u : 0x7F80u;
@@ -190,13 +192,16 @@ void CheckHalfWords(Random& rng) {
                           : eqx_quant::Bf16BitsToFloat(static_cast<uint16_t>(key16));
     Check(FloatToBits(key) == nv::RawKey<8>(v), "half key", key16, w[0], w[1]);
     float enc;
-    switch (rng.Below(4)) {
+    switch (rng.Below(5)) {
       case 0: enc = 3.4028235e38f; break;
       case 1: {
         enc = BitsToFloat((rng.Bits() & 0x7FFFFFFFu) % 0x7F800000u);
         if (enc == 0.0f) enc = 1.0f;
         break;
       }
+      case 2:  // exact products: ties of the E2M1 grid
+        enc = std::ldexp(1.0f, static_cast<int>(rng.Below(40)) - 20);
+        break;
       default:
         enc = std::ldexp(1.0f + static_cast<float>(rng.Below(1000)) / 1000.0f,
                          static_cast<int>(rng.Below(60)) - 30);
@@ -209,7 +214,17 @@ void CheckHalfWords(Random& rng) {
     }
     Check(nv::CodeWord8(a, w) == want, "half code word", want,
           nv::CodeWord8(a, w), FloatToBits(enc));
+    // The paired form, where enc / 8 is exact (a normal number).
+    const float enc8 = enc * 0.125f;
+    if (FloatToBits(enc8) >= 0x00800000u) {
+      float sat[8];
+      for (int e = 0; e < 8; ++e) sat[e] = nv::MulSatRn(std::fabs(v[e]), enc8);
+      Check(nv::CodeWord8Scaled(sat, w) == want, "half code word, pairs", want,
+            nv::CodeWord8Scaled(sat, w), FloatToBits(enc));
+      ++paired;
+    }
   }
+  Check(paired > 1000000, "paired cases run");
 }
 
 // Rht16Exact == Rht16; RoundToBf16(RhtAbsMax) == max AmaxKey of Rht16.

@@ -10,13 +10,15 @@
 // can (kernels/nvfp4_quantize_cuda_math.cuh): the block key is a max over
 // 16-bit halves (magnitude bits order like the values), the signs go from the
 // raw words to the code word in 4 PRMT, and the magnitudes into its nibbles
-// directly; what is left per value is the exact product and the E2M1
-// magnitude (1 FMUL, 3 FADD, 3 VIADDMNMX). A lane owns one 16-byte vector (8
+// with IMAD (the FMA pipe). Per value: the product saturated at 8 (FMUL.SAT of
+// |v| and enc / 8, exact unless the global amax is near the f32 maximum,
+// then the unpaired E2M1Magnitude), 3 FFMA, and per pair of values 3
+// VIADDMNMX.S16x2 (E2M1MagnitudePair). A lane owns one 16-byte vector (8
 // values: a block is 2 adjacent lanes, its key one shuffle) and stores its 4
 // code bytes (a warp store: 128 contiguous bytes); 4 vectors per lane and
-// step, the loads of the next 3 steps in flight. A step with a
-// NaN anywhere in the warp takes the unpacked path (NaN-ignoring key, the
-// exact encoder) for all its vectors: the same bytes for NaN-free blocks.
+// step, the loads of the next 3 steps in flight (a cp.async ring). A step
+// with a NaN anywhere in the warp takes the unpacked path (NaN-ignoring key,
+// the exact encoder) for all its vectors: the same bytes for NaN-free blocks.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_NVFP4_ROW_HALF_CUDA_CUH_
 #define EQX_QUANT_CSRC_KERNELS_NVFP4_ROW_HALF_CUDA_CUH_
@@ -86,7 +88,7 @@ __device__ __forceinline__ void StoreHalfVector(uint32_t* out, uint8_t* scale,
 
 // A step with a NaN in the warp: unpacked values, NaN-ignoring keys, the
 // exact encoder (RowFastKernel's NaN path).
-template <typename In>
+template <typename In, bool kScaled>
 __device__ __forceinline__ void RowHalfStepWithNan(
     const uint4 (&raw)[kRowHalfUnroll], const float* enc_table, float factor,
     uint32_t* out, uint8_t* scale, int valid) {
@@ -98,15 +100,19 @@ __device__ __forceinline__ void RowHalfStepWithNan(
     uint32_t key = NanFreeKey<8>(v);
     key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, 1));
     const uint32_t sdb = E4M3Byte(MulRn(__uint_as_float(key), factor));
+    const float enc = enc_table[sdb & 127u];
     uint32_t q[2];
-    EncodeExact<8>(v, enc_table[sdb & 127u], q);
+    EncodeExact<8>(v, kScaled ? MulRn(enc, 8.0f) : enc, q);
     StoreHalfVector(out, scale, u, valid, PackNibbles8(q[0], q[1]), sdb);
   }
 }
 
 // One step of a lane: vectors u * 256 (u < 4) from its first (out, scale:
-// the lane's code word and block scale of its first vector).
-template <typename In>
+// the lane's code word and block scale of its first vector). kScaled: the
+// table holds enc / 8 (exact) and the codes come in pairs from
+// MulSatRn(|v|, enc / 8) (CodeWord8Scaled: 3 instead of 6 ALU instructions
+// for two values); else the table holds enc (CodeWord8).
+template <typename In, bool kScaled>
 __device__ __forceinline__ void RowHalfStep(
     const uint4 (&raw)[kRowHalfUnroll], const float* enc_table, float factor,
     uint32_t* out, uint8_t* scale, int valid) {
@@ -122,7 +128,8 @@ __device__ __forceinline__ void RowHalfStep(
     has_nan |= __float_as_uint(key[u]) > kF32Inf;
   }
   if (__any_sync(0xFFFFFFFFu, has_nan)) {
-    RowHalfStepWithNan<In>(raw, enc_table, factor, out, scale, valid);
+    RowHalfStepWithNan<In, kScaled>(raw, enc_table, factor, out, scale,
+                                    valid);
     return;
   }
 #pragma unroll
@@ -131,9 +138,17 @@ __device__ __forceinline__ void RowHalfStep(
     const uint32_t sdb = E4M3Byte(MulRn(key[u], factor));
     const float enc = enc_table[sdb & 127u];
     float a[8];
+    uint32_t word;
+    if constexpr (kScaled) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) a[e] = MulRn(fabsf(In::Element(w, e)), enc);
-    StoreHalfVector(out, scale, u, valid, CodeWord8(a, w), sdb);
+      for (int e = 0; e < 8; ++e) a[e] = MulSatRn(fabsf(In::Element(w, e)), enc);
+      word = CodeWord8Scaled(a, w);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) a[e] = MulRn(fabsf(In::Element(w, e)), enc);
+      word = CodeWord8(a, w);
+    }
+    StoreHalfVector(out, scale, u, valid, word, sdb);
   }
 }
 
@@ -168,10 +183,17 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
 #pragma unroll
     for (int k = 0; k < kRowHalfStages - 1; ++k) issue();
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
+    // enc / 8 is exact for every scale byte unless the smallest multiplier
+    // (scale byte 0x7E, 448) is below 2^-123: a global amax near the f32
+    // maximum.
+    const bool scaled =
+        FloatToBits(MulRn(Nvfp4EncodeMultiplier(0x7E, ts), 0.125f)) >=
+        0x00800000u;
     __syncthreads();  // the previous example's readers are done
     if (threadIdx.x < 128) {
-      enc_table[threadIdx.x] =
+      const float enc =
           Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
+      enc_table[threadIdx.x] = scaled ? MulRn(enc, 0.125f) : enc;
     }
     __syncthreads();
     uint32_t* out = reinterpret_cast<uint32_t*>(p.row) + lane0;
@@ -189,8 +211,13 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
       for (int u = 0; u < kRowHalfUnroll; ++u) {
         raw[u] = stage[u * kRowHalfThreads];
       }
-      RowHalfStep<In>(raw, enc_table, ts.factor, out + base, scale + base / 2,
-                      StepValid(p.vectors - base));
+      if (scaled) {
+        RowHalfStep<In, true>(raw, enc_table, ts.factor, out + base,
+                              scale + base / 2, StepValid(p.vectors - base));
+      } else {
+        RowHalfStep<In, false>(raw, enc_table, ts.factor, out + base,
+                               scale + base / 2, StepValid(p.vectors - base));
+      }
     }
     AsyncWaitGroup<0>();  // the zero-filled tail stages, before reuse
   }
