@@ -338,7 +338,8 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
     if (v.l % kB == 0 && IsAligned(buf.x, 16) && IsAligned(buf.row, 4)) {
       RowHalfParams h{buf.x, buf.amax, buf.row, buf.row_scale, v.batch,
                       p.elements / In::kVec};
-      static const cudaError_t allowed = cudaFuncSetAttribute(
+      // On every launch: the attribute is per device.
+      const cudaError_t allowed = cudaFuncSetAttribute(
           RowHalfKernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize,
           static_cast<int>(kRowHalfRingBytes));
       if (allowed != cudaSuccess) {
