@@ -18,9 +18,7 @@
 //   bf16 (32 MiB) nothing is. L2 eviction priorities: a block's last tiles
 //   (about 60% of the L2 over all blocks) evict_last in phase 1, all other
 //   reads evict_first; the FP8 bytes go out with streaming stores.
-// InitKernel (zeroed amax) runs before this launch, which may overlap it
-// (programmatic dependent launch, with the cooperative attribute): every block
-// waits for it (griddepcontrol.wait) before publishing its amax.
+// InitKernel (zeroed amax) runs before this launch in plain stream order.
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -157,9 +155,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   amax = BlockMax<kThreads>(amax, warp_max);
-  // The InitKernel before this programmatic launch has zeroed the amax (and
-  // written scale_inv) once every block is past this wait.
-  WaitForPrerequisiteGrids();
   if (tid == 0 && amax > 0.0f) {
     atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
   }

@@ -37,8 +37,7 @@
 //      of x on the device, scale[b] only being the fallback):
 //        * a rowwise-only single example (aligned, whole 16-byte vectors):
 //          CurrentCastKernel (fp8_current_cuda.cu), one cooperative launch
-//          after (1) (also programmatic: its blocks wait for (1) before
-//          publishing their amax, as do the two below): amax, grid-wide sync, scale, cast, keeping part of x in
+//          after (1): amax, grid-wide sync, scale, cast, keeping part of x in
 //          shared memory and re-reading the rest in reverse order (L2 hits);
 //        * a single example with the transposed copy, no dbias, aligned
 //          (TransposeApplies): CastTransposeKernel<kFusedAmax>, one

@@ -72,10 +72,9 @@ inline LaunchStatus Invalid(const char* what) {
   return status;
 }
 
-// Launches `kernel` with programmatic dependent launch (UsePdl), as a
-// cooperative grid if `cooperative` (every block resident, grid-wide sync
-// allowed; such a kernel calls WaitForPrerequisiteGrids in every block before
-// its grid-wide sync), in clusters of `cluster` blocks if > 1.
+// Launches `kernel` with programmatic dependent launch (UsePdl), or as a
+// cooperative grid (`cooperative`: every block resident, grid-wide sync
+// allowed; no PDL), in clusters of `cluster` blocks if > 1.
 template <typename Params>
 cudaError_t Launch(void (*kernel)(Params), dim3 grid, dim3 block,
                    size_t shared_bytes, cudaStream_t stream, int cluster,
@@ -86,14 +85,13 @@ cudaError_t Launch(void (*kernel)(Params), dim3 grid, dim3 block,
         static_cast<int>(shared_bytes));
     if (error != cudaSuccess) return error;
   }
-  cudaLaunchAttribute attributes[3];
+  cudaLaunchAttribute attributes[2];
   unsigned count = 0;
   if (cooperative) {
     attributes[count].id = cudaLaunchAttributeCooperative;
     attributes[count].val.cooperative = 1;
     ++count;
-  }
-  if (UsePdl()) {
+  } else if (UsePdl()) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count].val.programmaticStreamSerializationAllowed = 1;
     ++count;

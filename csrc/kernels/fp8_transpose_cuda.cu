@@ -135,9 +135,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
     }
     amax = BlockMax<kThreads>(amax, warp_max);
-    // The InitKernel before this programmatic launch has zeroed the amax (and
-    // written scale_inv) once every block is past this wait.
-    WaitForPrerequisiteGrids();
     if (tid == 0 && amax > 0.0f) {
       atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
     }
