@@ -11,8 +11,8 @@
 // 16-bit halves (magnitude bits order like the values), the signs go from the
 // raw words to the code word in 4 PRMT, and the magnitudes into its nibbles
 // with IMAD (the FMA pipe). Per value: the product saturated at 8 (FMUL.SAT of
-// |v| and enc / 8, exact unless the global amax is near the f32 maximum,
-// then the unpaired E2M1Magnitude), 3 FFMA, and per pair of values 3
+// |v| and enc / 8, exact unless the global amax is above 6 x 2^123, then
+// the unpaired E2M1Magnitude), 3 FFMA, and per pair of values 3
 // VIADDMNMX.S16x2 (E2M1MagnitudePair). A lane owns one 16-byte vector (8
 // values: a block is 2 adjacent lanes, its key one shuffle) and stores its 4
 // code bytes (a warp store: 128 contiguous bytes); 4 vectors per lane and
@@ -184,8 +184,7 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
     for (int k = 0; k < kRowHalfStages - 1; ++k) issue();
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
     // enc / 8 is exact for every scale byte unless the smallest multiplier
-    // (scale byte 0x7E, 448) is below 2^-123: a global amax near the f32
-    // maximum.
+    // (scale byte 0x7E, 448) is below 2^-123: a global amax above 6 x 2^123.
     const bool scaled =
         FloatToBits(MulRn(Nvfp4EncodeMultiplier(0x7E, ts), 0.125f)) >=
         0x00800000u;
