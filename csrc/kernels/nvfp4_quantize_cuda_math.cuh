@@ -78,21 +78,32 @@ EQXQ_HOST_DEVICE inline float MulSatRn(float a, float b) {
 #endif
 }
 
+#if !defined(__CUDA_ARCH__)
+// Host model of a per-16-bit-half instruction: f(a_h, b_h, c_h) for each half
+// h (as uint32 0..0xFFFF), the low 16 bits of each result put back in place.
+template <typename F>
+inline uint32_t PerHalf(uint32_t a, uint32_t b, uint32_t c, F f) {
+  uint32_t out = 0;
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t r = f((a >> (16 * h)) & 0xFFFFu, (b >> (16 * h)) & 0xFFFFu,
+                         (c >> (16 * h)) & 0xFFFFu);
+    out |= (r & 0xFFFFu) << (16 * h);
+  }
+  return out;
+}
+#endif
+
 // Per signed 16-bit half: min(a + b (wrapping), c) (VIADDMNMX.S16x2).
 EQXQ_HOST_DEVICE inline uint32_t AddMinS16x2(uint32_t a, uint32_t b,
                                              uint32_t c) {
 #if defined(__CUDA_ARCH__)
   return __viaddmin_s16x2(a, b, c);
 #else
-  uint32_t out = 0;
-  for (int h = 0; h < 2; ++h) {
-    const int16_t sum = static_cast<int16_t>(
-        static_cast<uint16_t>((a >> (16 * h)) + (b >> (16 * h))));
-    const int16_t limit = static_cast<int16_t>(static_cast<uint16_t>(c >> (16 * h)));
-    const int16_t m = sum < limit ? sum : limit;
-    out |= static_cast<uint32_t>(static_cast<uint16_t>(m)) << (16 * h);
-  }
-  return out;
+  return PerHalf(a, b, c, [](uint32_t x, uint32_t y, uint32_t z) {
+    const int16_t sum = static_cast<int16_t>(static_cast<uint16_t>(x + y));
+    const int16_t limit = static_cast<int16_t>(static_cast<uint16_t>(z));
+    return static_cast<uint32_t>(static_cast<uint16_t>(sum < limit ? sum : limit));
+  });
 #endif
 }
 
@@ -122,14 +133,9 @@ EQXQ_HOST_DEVICE inline uint32_t Max3U16x2(uint32_t a, uint32_t b,
 #if defined(__CUDA_ARCH__)
   return __vimax3_u16x2(a, b, c);
 #else
-  uint32_t out = 0;
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t x = (a >> (16 * h)) & 0xFFFFu;
-    const uint32_t y = (b >> (16 * h)) & 0xFFFFu;
-    const uint32_t z = (c >> (16 * h)) & 0xFFFFu;
-    out |= Max3(x, y, z) << (16 * h);
-  }
-  return out;
+  return PerHalf(a, b, c, [](uint32_t x, uint32_t y, uint32_t z) {
+    return Max3(x, y, z);
+  });
 #endif
 }
 

@@ -60,6 +60,22 @@ class Random {
   uint32_t Bits() { return static_cast<uint32_t>(engine_()); }
   uint32_t Below(uint32_t n) { return Bits() % n; }
   float Sign() { return Below(2) ? -1.0f : 1.0f; }
+  // An encode multiplier (> 0, finite): the f32 maximum, any bit pattern,
+  // 1.xxx x 2^[-30, 30); with `powers_of_two` also 2^[-20, 20) (exact
+  // products: the ties of the E2M1 grid).
+  float Multiplier(bool powers_of_two) {
+    switch (Below(powers_of_two ? 5 : 4)) {
+      case 0: return 3.4028235e38f;
+      case 1: {
+        const float enc = BitsToFloat((Bits() & 0x7FFFFFFFu) % 0x7F800000u);
+        return enc == 0.0f ? 1.0f : enc;
+      }
+      case 4: return std::ldexp(1.0f, static_cast<int>(Below(40)) - 20);
+      default:
+        return std::ldexp(1.0f + static_cast<float>(Below(1000)) / 1000.0f,
+                          static_cast<int>(Below(60)) - 30);
+    }
+  }
   // Zeros, subnormals, infinities, powers of two, wide normals.
   float Special() {
     switch (Below(12)) {
@@ -116,18 +132,7 @@ void CheckEncoders(Random& rng) {
       has_nan |= x != x;
     }
     if (has_nan) continue;
-    float enc;
-    switch (rng.Below(4)) {
-      case 0: enc = 3.4028235e38f; break;
-      case 1: {
-        enc = BitsToFloat((rng.Bits() & 0x7FFFFFFFu) % 0x7F800000u);
-        if (enc == 0.0f) enc = 1.0f;
-        break;
-      }
-      default:
-        enc = std::ldexp(1.0f + static_cast<float>(rng.Below(1000)) / 1000.0f,
-                         static_cast<int>(rng.Below(60)) - 30);
-    }
+    const float enc = rng.Multiplier(/*powers_of_two=*/false);
     uint32_t fast[4];
     uint32_t exact[4];
     nv::EncodeFast<16>(v, enc, fast);
@@ -191,21 +196,7 @@ void CheckHalfWords(Random& rng) {
     const float key = f16 ? eqx_quant::F16BitsToFloat(static_cast<uint16_t>(key16))
                           : eqx_quant::Bf16BitsToFloat(static_cast<uint16_t>(key16));
     Check(FloatToBits(key) == nv::RawKey<8>(v), "half key", key16, w[0], w[1]);
-    float enc;
-    switch (rng.Below(5)) {
-      case 0: enc = 3.4028235e38f; break;
-      case 1: {
-        enc = BitsToFloat((rng.Bits() & 0x7FFFFFFFu) % 0x7F800000u);
-        if (enc == 0.0f) enc = 1.0f;
-        break;
-      }
-      case 2:  // exact products: ties of the E2M1 grid
-        enc = std::ldexp(1.0f, static_cast<int>(rng.Below(40)) - 20);
-        break;
-      default:
-        enc = std::ldexp(1.0f + static_cast<float>(rng.Below(1000)) / 1000.0f,
-                         static_cast<int>(rng.Below(60)) - 30);
-    }
+    const float enc = rng.Multiplier(/*powers_of_two=*/true);
     float a[8];
     uint32_t want = 0;
     for (int e = 0; e < 8; ++e) {
