@@ -14,8 +14,10 @@ kernels the expected bytes come from `impl="reference"` on the CPU; without a CP
 computed once, for the fullest layout, and serve the GPU calls of every layout (a part's bytes do
 not depend on the layout).
 
-The shapes reach every kernel path: RowFastKernel (rowwise only, L % 16 == 0), RowScalarKernel
-(L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
+The shapes reach every kernel path: RowHalfKernel (rowwise only, L % 16 == 0, bf16 / f16 without
+stochastic rounding: several steps per CTA, a partial last step, NaN steps, the paired and the
+unpaired encoder: a finite bf16 global amax above 6 x 2^123 takes the latter), RowFastKernel (the
+same for f32 and with stochastic rounding), RowScalarKernel (L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
 a 16-byte vector), partial K and L blocks and tiles, C > 1, A > 1, several tiles per CTA, empty
 tensors; AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
 stochastic rounding, alone and combined; vmapped batches (per-example amax, key). The raw op
