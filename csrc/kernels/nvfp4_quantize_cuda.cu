@@ -338,24 +338,7 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
                     (v.batch == 1 || (p.elements / 2) % store_bytes == 0);
   if constexpr (In::kVec == 8 && !kSr) {
     if (v.l % kB == 0 && IsAligned(buf.x, 16) && IsAligned(buf.row, 4)) {
-      RowHalfParams h{buf.x, buf.amax, buf.row, buf.row_scale, v.batch,
-                      p.elements / In::kVec};
-      // On every launch: the attribute is per device.
-      const cudaError_t allowed = cudaFuncSetAttribute(
-          RowHalfKernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(kRowHalfRingBytes));
-      if (allowed != cudaSuccess) {
-        return Nvfp4LaunchStatus{false, static_cast<int>(allowed),
-                                 "allowing RowHalfKernel its shared memory"};
-      }
-      static const int per_sm =
-          ResidentBlocks(RowHalfKernel<In>, kRowHalfThreads,
-                         kRowHalfBlocksPerSm, kRowHalfRingBytes);
-      const int64_t steps = CeilDiv(h.vectors, int64_t{kRowHalfStep});
-      const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
-      return LaunchPdl(RowHalfKernel<In>,
-                       dim3(GridSize(std::min(steps, room)), grid_y), stream,
-                       h, "launching RowHalfKernel", kRowHalfRingBytes);
+      return LaunchRowHalf<In>(buf, v.batch, p.elements, grid_y, stream);
     }
   }
   if (fast) {

@@ -294,11 +294,6 @@ __device__ __forceinline__ void AsyncCommit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// Waits until at most one committed group of this thread is pending.
-__device__ __forceinline__ void AsyncWaitAllButNewest() {
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
-}
-
 // Waits until at most kPending committed groups of this thread are pending.
 template <int kPending>
 __device__ __forceinline__ void AsyncWaitGroup() {

@@ -344,6 +344,12 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1MagnitudePair(float s0, float s1) {
   return AddMinS16x2(twice_a, offsets(0), code);
 }
 
+// enc / 8 is exact (a normal number): the multiplier condition of
+// E2M1MagnitudePair and CodeWord8Scaled.
+EQXQ_HOST_DEVICE inline bool EighthIsExact(float enc) {
+  return FloatToBits(MulRn(enc, 0.125f)) >= 0x00800000u;
+}
+
 // CodeWord8 from s[e] = MulSatRn(|v_e|, enc / 8) (enc / 8 exact): element e
 // and e + 4 share a pair, whose word shifted by 4e puts both codes in place.
 EQXQ_HOST_DEVICE inline uint32_t CodeWord8Scaled(const float (&s)[8],

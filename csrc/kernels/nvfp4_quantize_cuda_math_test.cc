@@ -168,6 +168,10 @@ void CheckHalfWords(Random& rng) {
   for (int it = 0; it < 2000000; ++it) {
     const bool f16 = it % 2 == 1;
     const uint32_t inf = f16 ? 0x7C00u : 0x7F80u;
+    auto to_float = [f16](uint32_t h) {
+      return f16 ? eqx_quant::F16BitsToFloat(static_cast<uint16_t>(h))
+                 : eqx_quant::Bf16BitsToFloat(static_cast<uint16_t>(h));
+    };
     uint32_t w[4];
     float v[8];
     bool has_nan = false;
@@ -182,8 +186,7 @@ void CheckHalfWords(Random& rng) {
       }
       if (rng.Below(64) != 0 && (h & 0x7FFFu) > inf) h &= 0x8000u | (inf - 1);
       has_nan |= (h & 0x7FFFu) > inf;
-      v[e] = f16 ? eqx_quant::F16BitsToFloat(static_cast<uint16_t>(h))
-                 : eqx_quant::Bf16BitsToFloat(static_cast<uint16_t>(h));
+      v[e] = to_float(h);
       if (e % 2 == 0) {
         w[e / 2] = h;
       } else {
@@ -193,8 +196,7 @@ void CheckHalfWords(Random& rng) {
     const uint32_t key16 = nv::FoldHalves(nv::HalfMagnitudeMax(w)) & 0xFFFFu;
     Check((key16 > inf) == has_nan, "half key nan", key16, w[0], w[1]);
     if (has_nan) continue;
-    const float key = f16 ? eqx_quant::F16BitsToFloat(static_cast<uint16_t>(key16))
-                          : eqx_quant::Bf16BitsToFloat(static_cast<uint16_t>(key16));
+    const float key = to_float(key16);
     Check(FloatToBits(key) == nv::RawKey<8>(v), "half key", key16, w[0], w[1]);
     const float enc = rng.Multiplier(/*powers_of_two=*/true);
     float a[8];
@@ -207,7 +209,7 @@ void CheckHalfWords(Random& rng) {
           nv::CodeWord8(a, w), FloatToBits(enc));
     // The paired form, where enc / 8 is exact (a normal number).
     const float enc8 = enc * 0.125f;
-    if (FloatToBits(enc8) >= 0x00800000u) {
+    if (nv::EighthIsExact(enc)) {
       float sat[8];
       for (int e = 0; e < 8; ++e) sat[e] = nv::MulSatRn(std::fabs(v[e]), enc8);
       Check(nv::CodeWord8Scaled(sat, w) == want, "half code word, pairs", want,

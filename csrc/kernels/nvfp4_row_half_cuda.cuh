@@ -1,8 +1,8 @@
 // NVFP4 rowwise for 16-bit inputs without stochastic rounding (sm_90a):
 // RowHalfKernel, the path of eqx_quant_nvfp4_quantize for bf16 / f16 when
 // every row is a whole number of 16-element blocks and the buffers are
-// aligned. Included by kernels/nvfp4_quantize_cuda.cu only (which launches
-// it); same bytes as its RowFastKernel and the CPU kernel.
+// aligned. Included by kernels/nvfp4_quantize_cuda.cu only (which calls
+// LaunchRowHalf); same bytes as its RowFastKernel and the CPU kernel.
 //
 // RowFastKernel unpacks every value to f32 and builds the code word through
 // one byte per code; that kernel is bound by the SM's integer pipe (about 185
@@ -25,9 +25,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/nvfp4_format.h"
+#include "kernels/cuda_sm_count.h"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
 #include "kernels/nvfp4_quantize_cuda_math.cuh"
 
@@ -185,9 +187,7 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
     // enc / 8 is exact for every scale byte unless the smallest multiplier
     // (scale byte 0x7E, 448) is below 2^-123: a global amax above 6 x 2^123.
-    const bool scaled =
-        FloatToBits(MulRn(Nvfp4EncodeMultiplier(0x7E, ts), 0.125f)) >=
-        0x00800000u;
+    const bool scaled = EighthIsExact(Nvfp4EncodeMultiplier(0x7E, ts));
     __syncthreads();  // the previous example's readers are done
     if (threadIdx.x < 128) {
       const float enc =
@@ -220,6 +220,32 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
     }
     AsyncWaitGroup<0>();  // the zero-filled tail stages, before reuse
   }
+}
+
+// Launches RowHalfKernel over `batch` examples of `elements` (a multiple of
+// 16) values each: a wave of resident CTAs, grid_y of them per example.
+template <typename In>
+Nvfp4LaunchStatus LaunchRowHalf(const Nvfp4QuantizeBuffers& buf,
+                                int64_t batch, int64_t elements,
+                                unsigned grid_y, cudaStream_t stream) {
+  const RowHalfParams p{buf.x,         buf.amax, buf.row,
+                        buf.row_scale, batch,    elements / In::kVec};
+  // On every launch: the attribute is per device.
+  const cudaError_t allowed = cudaFuncSetAttribute(
+      RowHalfKernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(kRowHalfRingBytes));
+  if (allowed != cudaSuccess) {
+    return Nvfp4LaunchStatus{false, static_cast<int>(allowed),
+                             "allowing RowHalfKernel its shared memory"};
+  }
+  static const int per_sm = ResidentBlocks(
+      RowHalfKernel<In>, kRowHalfThreads, kRowHalfBlocksPerSm,
+      kRowHalfRingBytes);
+  const int64_t steps = CeilDiv(p.vectors, int64_t{kRowHalfStep});
+  const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
+  return LaunchPdl(RowHalfKernel<In>,
+                   dim3(GridSize(std::min(steps, room)), grid_y), stream, p,
+                   "launching RowHalfKernel", kRowHalfRingBytes);
 }
 
 }  // namespace eqx_quant::cuda::nvfp4

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
   for (; g < p.total_tiles; g += gridDim.x, cur ^= 1) {
     if (g + gridDim.x < p.total_tiles) fetch(g + gridDim.x, cur ^ 1);
     AsyncCommit();
-    AsyncWaitAllButNewest();  // this thread's part of tile g is in
+    AsyncWaitGroup<1>();      // this thread's part of tile g is in
     __syncthreads();          // everyone's part is, and tile_at[cur]
 
     const int64_t ex = tile_at[cur].ex;
