@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int k = 0; k < kStages; ++k) issue(k);
   for (int64_t k = 0; k < count; ++k) {
     const SubTile t = sub(k);
-    AsyncWait<kStages - 1>();  // sub-tile k has landed
+    AsyncWaitGroup<kStages - 1>();  // sub-tile k has landed
     uint4 raw[kRowsPerThread];
     const uint4* stage = stages + (k % kStages) * kSubVectors;
 #pragma unroll
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // the warp sums are read before the next sub-tile's
   }
-  AsyncWait<0>();
+  AsyncWaitGroup<0>();
   amax = BlockMax<kThreads>(amax, warp_max);
   if (tid == 0 && amax > 0.0f) {
     atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));

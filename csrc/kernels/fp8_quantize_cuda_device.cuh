@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/fp8_format.h"
+#include "kernels/cp_async_cuda.cuh"
 #include "kernels/fp8_convert_cuda.cuh"
 
 namespace eqx_quant::cuda::fp8 {
@@ -144,27 +145,6 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* p, uint64_t policy) {
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
       : "l"(p), "l"(policy));
   return r;
-}
-
-// cp.async of 16 bytes from global src into shared dst with an L2 eviction
-// policy (sm_80+; bypasses L1); if !live, 16 zero bytes and src is not read.
-__device__ __forceinline__ void AsyncCopy16(void* dst, const void* src,
-                                            bool live, uint64_t policy) {
-  const unsigned address =
-      static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile(
-      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(
-          address),
-      "l"(src), "r"(live ? 16 : 0), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ void AsyncCommit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most kPending of this thread's commit groups are in flight.
-template <int kPending>
-__device__ __forceinline__ void AsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 // The kVec elements at p[0..valid) packed like a 16-byte load, zero-filled

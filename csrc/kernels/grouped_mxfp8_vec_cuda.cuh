@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
       for (int u = 0; u < kRowsPerThread; ++u) {
         const int r = warp + kWarps * u;
         const bool valid = !t.tail && r < t.rows && col < N;
-        mxfp8::AsyncCopy16(buf[b][warp][u][lane],
+        AsyncCopy16(buf[b][warp][u][lane],
                            valid ? x + (t.row0 + r) * N + col : x, valid);
       }
     };
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
       next = locate(first_item);
       fetch(next, 0);
     }
-    mxfp8::AsyncCommit();
+    AsyncCommit();
     for (uint32_t item = first_item; item < items;
          item += gridDim.x, cur ^= 1) {
       const VecTile t = next;
@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(kThreads, (kVecMinBlocks<kRow, kCol>))
         next = locate(item + gridDim.x);
         fetch(next, cur ^ 1);
       }
-      mxfp8::AsyncCommit();
-      mxfp8::AsyncWaitAllButNewest();  // this thread's slots of `t` are in
+      AsyncCommit();
+      AsyncWaitGroup<1>();  // this thread's slots of `t` are in
 
       const int64_t my_col = t.col0 + lane * kVec;
       const bool col_ok = my_col < N;

@@ -62,9 +62,6 @@
 namespace eqx_quant::cuda {
 namespace {
 
-using mxfp8::AsyncCommit;
-using mxfp8::AsyncCopy16;
-using mxfp8::AsyncWaitAllButNewest;
 using mxfp8::BlockScale;
 using mxfp8::Bf16In;
 using mxfp8::F16In;
@@ -174,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
        index += gridDim.x, cur ^= 1) {
     if (index + gridDim.x < p.tiles) fetch(index + gridDim.x, cur ^ 1);
     AsyncCommit();
-    AsyncWaitAllButNewest();  // this thread's part of tile `index` is in
+    AsyncWaitGroup<1>();  // this thread's part of tile `index` is in
 
     const Tile t = TileAt(p, index, kTileCols);
     const int64_t my_col = t.col0 + lane * kVec;

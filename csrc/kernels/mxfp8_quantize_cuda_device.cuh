@@ -18,6 +18,7 @@
 
 #include "common/e8m0.h"
 #include "common/fp8_format.h"
+#include "kernels/cp_async_cuda.cuh"
 #include "kernels/fp8_convert_cuda.cuh"
 
 namespace eqx_quant::cuda::mxfp8 {
@@ -200,25 +201,6 @@ __device__ __forceinline__ uint8_t QuantizeBlockScalar(
     }
   }
   return e;
-}
-
-// 16 bytes global -> shared, asynchronous, not kept in L1; zero-filled (and
-// nothing read) when !valid, `src` then only needs to be some valid address.
-__device__ __forceinline__ void AsyncCopy16(void* dst, const void* src,
-                                            bool valid) {
-  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared),
-               "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void AsyncCommit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits until at most one committed group of this thread is still pending.
-__device__ __forceinline__ void AsyncWaitAllButNewest() {
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
 }
 
 }  // namespace eqx_quant::cuda::mxfp8

@@ -17,6 +17,7 @@
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
 #include "common/threefry.h"
+#include "kernels/cp_async_cuda.cuh"
 #include "kernels/cuda_sm_count.h"
 #include "kernels/nvfp4_quantize_cuda.h"
 #include "kernels/nvfp4_quantize_cuda_math.cuh"
@@ -278,26 +279,6 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
-}
-
-// 16 bytes global -> shared, asynchronous; zero-filled (nothing read) when
-// !valid (`src` then only needs to be some valid address).
-__device__ __forceinline__ void AsyncCopy16(void* dst, const void* src,
-                                            bool valid) {
-  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared),
-               "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void AsyncCommit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits until at most kPending committed groups of this thread are pending.
-template <int kPending>
-__device__ __forceinline__ void AsyncWaitGroup() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 // Programmatic dependent launch (sm_90); no-ops without the launch attribute.
