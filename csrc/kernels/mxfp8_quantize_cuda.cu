@@ -19,7 +19,7 @@
 //     16-byte vectors, a block being 32/kVec consecutive lanes (amax by a
 //     shuffle butterfly). One chunk of 4 vectors per thread per CTA, all
 //     loads issued first, FP8 bytes written with streaming stores, and so are
-//     a warp's scale bytes (gathered by shuffles into one whole sector).
+//     a warp's scale bytes (staged in shared memory: one whole sector).
 //   * TileKernel<kRow, kCol> for colwise (and rowwise + colwise) outputs,
 //     one CTA per tile (measured faster than a persistent wave; the
 //     grid-stride loop and the prefetch below serve grids smaller than the

@@ -10,7 +10,8 @@
 // short CTAs streams faster on the H200 than one persistent wave:
 // .ci/probes/stream_cast.cu); a warp takes 32 x kRowStreamUnroll consecutive
 // vectors, so that its scale bytes are one whole 32-byte sector (16-bit
-// inputs; half a sector for f32), written by one streaming store.
+// inputs; half a sector for f32), staged in shared memory and written by one
+// streaming store.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_MXFP8_ROW_STREAM_CUDA_CUH_
 #define EQX_QUANT_CSRC_KERNELS_MXFP8_ROW_STREAM_CUDA_CUH_
@@ -45,12 +46,13 @@ struct RowStreamParams {
 
 // One CTA's chunk: vectors [chunk0, chunk0 + valid) of the stream, valid <=
 // kRowStreamThreads * kRowStreamUnroll (kFull: all of them, no range checks).
+// staged: the warp's 32 bytes of shared memory.
 template <typename In, Fp8Format kFormat, bool kFull>
 __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
-                                               int64_t chunk0, int valid) {
+                                               int64_t chunk0, int valid,
+                                               uint8_t* staged) {
   constexpr int kVec = In::kVec;
   constexpr int kLanesPerBlock = kBlock / kVec;   // 4 (16-bit) or 8 (f32)
-  constexpr int kWordLanes = 4 * kLanesPerBlock;  // lanes of 4 blocks
   const int lane = threadIdx.x % 32;
   // This warp's vectors: [warp0, warp0 + 32 * kRowStreamUnroll) of the chunk.
   const int warp0 = (threadIdx.x - lane) * kRowStreamUnroll;
@@ -62,8 +64,9 @@ __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
 
   // The warp's scale bytes (32 x kRowStreamUnroll / kLanesPerBlock: 32 for
   // 16-bit inputs, 16 for f32) are contiguous; when the whole warp is in
-  // range they leave as words, in one streaming store instruction at the end.
-  constexpr int kWordsPerU = 32 / kWordLanes;  // 2 (16-bit) or 1 (f32)
+  // range they are staged in shared memory and leave as words, in one
+  // streaming store instruction at the end.
+  constexpr int kWarpWords = 32 * kRowStreamUnroll / kLanesPerBlock / 4;
   const bool warp_words =
       p.words && (kFull || warp0 + 32 * kRowStreamUnroll <= valid);
 
@@ -72,7 +75,6 @@ __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
   for (int u = 0; u < kRowStreamUnroll; ++u) {
     raw[u] = in_range(u) ? LoadStreaming(x + u * 32) : make_uint4(0, 0, 0, 0);
   }
-  uint32_t words[kRowStreamUnroll];  // u's word, on lanes % kWordLanes == 0
 #pragma unroll
   for (int u = 0; u < kRowStreamUnroll; ++u) {
     // Every lane runs the shuffles; a block is wholly in or out of range.
@@ -89,36 +91,25 @@ __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
       QuantizeVector<In, kFormat, true>(w, &factor, q);
       StoreCastWords(row + u * 32 * kVec, q);
     }
-    // The scale bytes of 4 consecutive blocks as one word, on the first lane
-    // of the 4.
-    words[u] = e;
-#pragma unroll
-    for (int k = 1; k < 4; ++k) {
-      const uint32_t other =
-          __shfl_down_sync(0xFFFFFFFFu, uint32_t{e}, k * kLanesPerBlock);
-      words[u] |= other << (8 * k);
-    }
-    if (!warp_words && lane % kLanesPerBlock == 0 && in_range(u)) {
-      scale[(u * 32 + lane) / kLanesPerBlock] = e;
+    if (lane % kLanesPerBlock == 0) {
+      const int block = (u * 32 + lane) / kLanesPerBlock;  // in the warp's
+      if (warp_words) {
+        staged[block] = e;
+      } else if (in_range(u)) {
+        scale[block] = e;
+      }
     }
   }
   if (warp_words) {
-    // Word j of the warp (j < kRowStreamUnroll x kWordsPerU) is the word of
-    // u = j / kWordsPerU on lane (j % kWordsPerU) x kWordLanes; lane j stores
-    // it. Whole 32-byte sectors from one instruction, evicted first like the
-    // FP8 bytes: with one plain 4-byte store per u and lane % kWordLanes ==
-    // 0 (partial sectors that stay in L2 and leave it later, out of order),
-    // this op took 57.6 us at 8192^2 bf16 on the H200, 55.7 with the plain
-    // whole-sector store, 51.9 with this one (50.6 with no scale store).
-    uint32_t word = 0;
-#pragma unroll
-    for (int u = 0; u < kRowStreamUnroll; ++u) {
-      const uint32_t from =
-          __shfl_sync(0xFFFFFFFFu, words[u], (lane % kWordsPerU) * kWordLanes);
-      if (lane / kWordsPerU == u) word = from;
-    }
-    if (lane < kRowStreamUnroll * kWordsPerU) {
-      const uint32_t q[1] = {word};
+    // Whole 32-byte sectors from one instruction, evicted first like the FP8
+    // bytes. With one plain 4-byte store per u (the words of 4 blocks on
+    // their first lanes: partial sectors that stay in L2 and leave it later,
+    // out of order) this op took 57.6 us at 8192^2 bf16 on the H200; 55.7
+    // with a plain whole-sector store; 51.9 with a streaming one gathered by
+    // shuffles; 51.5 staged (50.6 with no scale store at all).
+    __syncwarp();
+    if (lane < kWarpWords) {
+      const uint32_t q[1] = {reinterpret_cast<const uint32_t*>(staged)[lane]};
       StoreCastWords(scale + 4 * lane, q);
     }
   }
@@ -128,12 +119,15 @@ template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kRowStreamThreads, 8)
     RowStreamKernel(const __grid_constant__ RowStreamParams p) {
   constexpr int kChunk = kRowStreamThreads * kRowStreamUnroll;
+  __shared__ __align__(16) uint8_t staged[kRowStreamThreads / 32][32];
   const int64_t chunk0 = int64_t{blockIdx.x} * kChunk;
   const int64_t left = p.vectors - chunk0;
   if (left >= kChunk) {
-    RowStreamChunk<In, kFormat, true>(p, chunk0, kChunk);
+    RowStreamChunk<In, kFormat, true>(p, chunk0, kChunk,
+                                      staged[threadIdx.x / 32]);
   } else {
-    RowStreamChunk<In, kFormat, false>(p, chunk0, static_cast<int>(left));
+    RowStreamChunk<In, kFormat, false>(p, chunk0, static_cast<int>(left),
+                                       staged[threadIdx.x / 32]);
   }
 }
 
