@@ -35,6 +35,8 @@ using mxfp8::VectorKey;
 constexpr int kBlock = static_cast<int>(kMxfp8BlockSize);  // 32
 constexpr int kRowStreamThreads = 256;
 constexpr int kRowStreamUnroll = 4;  // 16-byte loads in flight per thread
+// A warp's scale bytes for 16-bit inputs (4 lanes per block; f32: half).
+constexpr int kWarpScaleBytes = 32 * kRowStreamUnroll / 4;
 
 struct RowStreamParams {
   const void* x;
@@ -46,7 +48,7 @@ struct RowStreamParams {
 
 // One CTA's chunk: vectors [chunk0, chunk0 + valid) of the stream, valid <=
 // kRowStreamThreads * kRowStreamUnroll (kFull: all of them, no range checks).
-// staged: the warp's 32 bytes of shared memory.
+// staged: the warp's kWarpScaleBytes of shared memory.
 template <typename In, Fp8Format kFormat, bool kFull>
 __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
                                                int64_t chunk0, int valid,
@@ -67,6 +69,7 @@ __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
   // range they are staged in shared memory and leave as words, in one
   // streaming store instruction at the end.
   constexpr int kWarpWords = 32 * kRowStreamUnroll / kLanesPerBlock / 4;
+  static_assert(4 * kWarpWords <= kWarpScaleBytes, "staged fits the words");
   const bool warp_words =
       p.words && (kFull || warp0 + 32 * kRowStreamUnroll <= valid);
 
@@ -119,7 +122,8 @@ template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kRowStreamThreads, 8)
     RowStreamKernel(const __grid_constant__ RowStreamParams p) {
   constexpr int kChunk = kRowStreamThreads * kRowStreamUnroll;
-  __shared__ __align__(16) uint8_t staged[kRowStreamThreads / 32][32];
+  __shared__ __align__(16)
+      uint8_t staged[kRowStreamThreads / 32][kWarpScaleBytes];
   const int64_t chunk0 = int64_t{blockIdx.x} * kChunk;
   const int64_t left = p.vectors - chunk0;
   if (left >= kChunk) {
