@@ -49,6 +49,7 @@ using grouped_dev::ClampedRows;
 using grouped_dev::kThreads;
 using grouped_dev::kWarps;
 using grouped_dev::RowSpec;
+using grouped_dev::WarpInclusive;
 
 constexpr int kBlock = 32;
 constexpr int kRowsPerThread = kBlock / kWarps;  // 4
@@ -81,16 +82,6 @@ struct VecTile {
   int rows;            // rows of the tile (<= 32), 0: nothing to do
   bool tail;           // zero the rows, no scales
 };
-
-__device__ __forceinline__ int64_t WarpInclusive(int64_t v) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int s = 1; s < 32; s *= 2) {
-    const int64_t other = __shfl_up_sync(0xFFFFFFFFu, v, s);
-    if (lane >= s) v += other;
-  }
-  return v;
-}
 
 // The group tiles of an example, T (*total_tiles), and start_G (*end): a
 // warp-level pass over the group sizes, 32 at a time (every warp computes

@@ -30,6 +30,9 @@
 // one atomicMax on the float bits (exact: the values are non-negative) into
 // the zero-filled amax; CTA 0 of each example writes scale_inv.
 // Tail units zero the data rows that belong to no group.
+//
+// Faster paths for MXFP8, tried first: RowOctetKernel (rowwise only,
+// grouped_mxfp8_row_cuda.cuh) and VecKernel (grouped_mxfp8_vec_cuda.cuh).
 
 #include <cuda_runtime.h>
 
@@ -42,6 +45,7 @@
 #include "common/grouped_problem.h"
 #include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_quantize_cuda.h"
+#include "kernels/grouped_mxfp8_row_cuda.cuh"
 #include "kernels/grouped_mxfp8_vec_cuda.cuh"
 #include "kernels/grouped_quantize_cuda_device.cuh"
 #include "kernels/grouped_rcp_cuda.cuh"
@@ -456,6 +460,82 @@ GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
   return GroupedLaunchStatus{};
 }
 
+// ---------------------------------------------------------------------------
+// The rowwise-only MXFP8 path (grouped_mxfp8_row_cuda.cuh). It writes every
+// byte of the scale buffer itself: no memset before it.
+
+template <typename In>
+GroupedLaunchStatus LaunchRowOctet(const grouped_row::RowParams& p, bool e4m3,
+                                   dim3 grid, cudaStream_t stream) {
+  using grouped_row::RowOctetKernel;
+  if (e4m3) {
+    RowOctetKernel<In, Fp8Format::kE4M3Fn><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    RowOctetKernel<In, Fp8Format::kE5M2><<<grid, kThreads, 0, stream>>>(p);
+  }
+  return CheckLaunch("launching the grouped MXFP8 RowOctetKernel");
+}
+
+// Launches RowOctetKernel if the problem suits it; *taken says whether.
+GroupedLaunchStatus TryMxfp8Row(const GroupedMxfp8QuantizeProblem& problem,
+                                const GroupedMxfp8QuantizeBuffers& buffers,
+                                cudaStream_t stream, bool* taken) {
+  using grouped_row::kOctets;
+  using grouped_row::kTileBytes;
+  using grouped_row::kTileCols;
+  using grouped_row::kUnitRows;
+  const GroupedView& v = problem.view;
+  *taken = false;
+  const int vec = v.input_type == InputType::kF32 ? 4 : 8;
+  auto aligned = [](const void* ptr, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+  };
+  if (!problem.rowwise || problem.colwise || v.cols % vec != 0 ||
+      v.batch > 65535 || v.rows >= (int64_t{1} << 25) ||
+      !aligned(buffers.x, 16) || !aligned(buffers.row, vec) ||
+      !aligned(buffers.row_scale, 16)) {
+    return GroupedLaunchStatus{};
+  }
+  const int64_t chunks =
+      grouped::CeilDiv(v.cols, int64_t{grouped_row::kLoads} * 32 * vec);
+  const int64_t tiles_per_row = grouped::CeilDiv(v.cols, int64_t{kTileCols});
+  const int64_t worst_units =
+      grouped::WorstCaseUnits(v.rows, v.groups, int64_t{kUnitRows});
+  // Tail units reach ceil(R / 128), which exceeds W only when G == 0.
+  const int64_t units =
+      std::max(worst_units, grouped::CeilDiv(v.rows, int64_t{kUnitRows}));
+  if (units * kOctets * chunks > int64_t{0x7FFFFFFF} ||
+      problem.row_scale_bytes != worst_units * tiles_per_row * kTileBytes) {
+    return GroupedLaunchStatus{};
+  }
+  *taken = true;
+  grouped_row::RowParams p{};
+  p.x = buffers.x;
+  p.group_sizes = buffers.group_sizes;
+  p.row = buffers.row;
+  p.row_scale = buffers.row_scale;
+  p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
+  p.cols = v.cols;
+  p.groups = v.groups;
+  p.row_scale_bytes = problem.row_scale_bytes;
+  p.chunks = static_cast<uint32_t>(chunks);
+  p.tiles_per_row = static_cast<uint32_t>(tiles_per_row);
+  p.worst_units = static_cast<uint32_t>(worst_units);
+  const dim3 grid(static_cast<unsigned>(units * kOctets * chunks),
+                  static_cast<unsigned>(v.batch));
+  const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
+  switch (v.input_type) {
+    case InputType::kF32:
+      return LaunchRowOctet<F32In>(p, e4m3, grid, stream);
+    case InputType::kF16:
+      return LaunchRowOctet<F16In>(p, e4m3, grid, stream);
+    case InputType::kBF16:
+      return LaunchRowOctet<Bf16In>(p, e4m3, grid, stream);
+  }
+  *taken = false;
+  return GroupedLaunchStatus{};
+}
+
 constexpr char kTooLarge[] =
     "the tensor is too large (2^31 row tiles or more per example)";
 
@@ -492,6 +572,12 @@ GroupedLaunchStatus GroupedMxfp8Quantize(
     const GroupedMxfp8QuantizeBuffers& buffers, CUstream_st* stream) {
   const GroupedView& v = problem.view;
   if (v.batch == 0) return GroupedLaunchStatus{};
+  if (v.rows * v.cols != 0) {
+    bool taken = false;
+    const GroupedLaunchStatus row_only =
+        TryMxfp8Row(problem, buffers, stream, &taken);
+    if (taken || !row_only.ok) return row_only;
+  }
   GroupedLaunchStatus status = ZeroScaleBuffers(problem, buffers, stream);
   if (!status.ok) return status;
   if (v.rows * v.cols == 0) return status;  // no data, scales all padding

@@ -57,6 +57,18 @@ __device__ __forceinline__ int64_t ClampedRows(int32_t size,
   return static_cast<int64_t>(size) * rs.unit_rows;
 }
 
+// Warp-wide inclusive prefix sum (every lane of the warp must call it).
+template <typename T>
+__device__ __forceinline__ T WarpInclusive(T v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int s = 1; s < 32; s *= 2) {
+    const T other = __shfl_up_sync(0xFFFFFFFFu, v, s);
+    if (lane >= s) v += other;
+  }
+  return v;
+}
+
 // Block-wide exclusive prefix sum of one int64 per thread (every thread of
 // the kThreads-thread CTA must call it); *total = the sum over the CTA.
 // `warp_sums` (kWarps entries of shared memory) is free again on return.

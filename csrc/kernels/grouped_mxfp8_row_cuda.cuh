@@ -1,0 +1,241 @@
+// The rowwise-only path of eqx_quant_grouped_mxfp8_quantize (sm_90a),
+// included by kernels/grouped_quantize_cuda.cu only. Same bytes as the
+// generic TileKernel there (and so as the CPU kernel); taken when N % kVec
+// == 0 (kVec = elements per 16 bytes: 8 for bf16 / f16, 4 for f32), x is
+// 16-byte aligned, the data output 8-byte (f32: 4) and the scale buffer
+// 16-byte aligned, the scale buffer is exactly its worst-case length
+// (common/grouped_layout.h: ScaleBufferBytes) and R < 2^25.
+//
+// Whole sectors of scales. In cuBLAS's swizzled layout a 32-byte sector of a
+// group's scale region holds the 4 blocks of one 128-column tile for the 8
+// group rows i, i + 1, i + 32, i + 33, i + 64, i + 65, i + 96, i + 97 (i even,
+// i % 128 < 32). RowOctetKernel gives a CTA exactly such a row octet of a
+// 128-row unit (aligned at its group's start), over kChunkCols columns: warp
+// q (0..7) owns row i + (q & 1) + 32 * (q >> 1) and reads kChunkCols
+// contiguous elements of it (4 x 512 bytes in flight per warp), so the CTA
+// streams 16 KiB like the dense MXFP8 RowStreamKernel and its scale bytes are
+// kChunkCols / 128 whole sectors, staged in shared memory and written after
+// one barrier by 16-byte streaming stores (the dense rowwise op took 57.6 us
+// at 8192^2 bf16 with partial-sector scale stores and 51.5 with whole staged
+// ones, docs/performance.md).
+//
+// Items: item = (unit * 16 + octet) * chunks + column chunk over units
+// [0, max(W, ceil(R / 128))), W = WorstCaseUnits(R, G, 128), the units of the
+// scale buffer. Group g's region starts at its first unit (first_g *
+// tiles_per_row tiles in, tiles_per_row = ceil(N / 128)), so the tile of
+// (unit, column tile) is unit * tiles_per_row + column tile whatever the
+// group: units past the groups' units but below W write zero sectors (the
+// buffer's slack), and the kernel writes every scale byte itself (no
+// memset). Independently, an item zeroes its octet of tail unit `unit` (rows
+// start_G + 128 * unit ...) where those rows exist: rows of no group.
+//
+// Every CTA finds its unit's group itself: one warp-level pass over the
+// group sizes, 32 per step, in every warp (no barrier before the loads).
+//
+// Measured at 16384x4096 bf16 in 8 ragged groups on the H200: 58.4 us
+// (VecKernel, which served this op before: 66.0). Variants, same method: a
+// CTA per whole 128x128 tile (8 loads per thread, 4 CTAs per SM) 69.3;
+// octets over 2048 or 4096 columns (8 or 16 loads per thread) 64.4 / 70.8;
+// a warp per tile column of the octet (no barrier, 6 CTAs per SM) 62.3.
+// Without the lookup 57.9, without the scale stores 56.4: short CTAs of 4
+// loads per thread, 8 per SM, stream best, as for the dense kernels.
+
+#ifndef EQX_QUANT_CSRC_KERNELS_GROUPED_MXFP8_ROW_CUDA_CUH_
+#define EQX_QUANT_CSRC_KERNELS_GROUPED_MXFP8_ROW_CUDA_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/e8m0.h"
+#include "kernels/fp8_convert_cuda.cuh"
+#include "kernels/grouped_quantize_cuda_device.cuh"
+#include "kernels/mxfp8_quantize_cuda_device.cuh"
+
+namespace eqx_quant::cuda::grouped_row {
+
+using grouped_dev::ClampedRows;
+using grouped_dev::kThreads;
+using grouped_dev::kWarps;
+using grouped_dev::RowSpec;
+using grouped_dev::WarpInclusive;
+
+constexpr int kBlock = 32;
+constexpr int kUnitRows = 128;    // rows of a cuBLAS scale tile
+constexpr int kTileCols = 128;    // columns of one scale tile (4 blocks)
+constexpr int kTileBytes = 512;   // one 128 x 4 scale tile
+constexpr int kSectorBytes = 32;  // one row octet of a tile
+constexpr int kOctets = kUnitRows / 8;  // 16 per unit
+constexpr int kLoads = 4;         // 16-byte loads in flight per thread
+static_assert(kWarps == 8, "a warp per row of the octet");
+
+// Columns of an item: kLoads warp-wide 16-byte loads per row.
+template <typename In>
+constexpr int kChunkCols = kLoads * 32 * In::kVec;  // 1024 (16-bit), 512
+
+struct RowParams {
+  const void* x;
+  const int32_t* group_sizes;
+  uint8_t* row;
+  uint8_t* row_scale;
+  RowSpec rs;
+  int64_t cols;  // N
+  int64_t groups;
+  int64_t row_scale_bytes;  // per example: worst_units * tiles_per_row * 512
+  uint32_t chunks;          // ceil(N / kChunkCols)
+  uint32_t tiles_per_row;   // ceil(N / 128)
+  uint32_t worst_units;     // W(R, G, 128)
+};
+
+// A unit's group (the same in every lane).
+struct UnitGroup {
+  int32_t start = 0;   // first row of the group
+  int32_t count = 0;   // its rows
+  uint32_t first = 0;  // its first unit
+  int32_t end = 0;     // start_G: the first row of no group
+  bool found = false;  // unit < the units of all groups
+};
+
+// One warp-level pass over the group sizes (32 per step; every lane of the
+// warp must call it) in 32-bit arithmetic: R < 2^25, so a step's sums
+// (<= 33 R) fit. While the sizes so far sum to at most R (the usual case)
+// the row and unit scans are independent and run interleaved.
+__device__ __forceinline__ UnitGroup LocateUnit(const int32_t* sizes,
+                                                int64_t G, const RowSpec& rs,
+                                                uint32_t unit) {
+  const int lane = threadIdx.x % 32;
+  const int32_t R = static_cast<int32_t>(rs.rows);
+  UnitGroup out;
+  int32_t carry_rows = 0;
+  uint32_t carry_units = 0;
+  for (int64_t base = 0; base < G; base += 32) {
+    const int64_t g = base + lane;
+    const int32_t term = static_cast<int32_t>(
+        g < G ? ClampedRows(__ldg(sizes + g), rs) : 0);  // <= R
+    const int32_t incl = WarpInclusive(term);
+    const int32_t step_rows = __shfl_sync(0xFFFFFFFFu, incl, 31);
+    int32_t count = term;
+    if (carry_rows + step_rows > R) {  // warp-uniform: clamped at R
+      const int32_t start = min(R, carry_rows + incl - term);
+      count = min(R, carry_rows + incl) - start;
+    }
+    const uint32_t units = static_cast<uint32_t>(count + kUnitRows - 1) /
+                           static_cast<uint32_t>(kUnitRows);
+    const uint32_t units_incl = WarpInclusive(units);
+    const uint32_t first = carry_units + units_incl - units;
+    const unsigned hit =
+        __ballot_sync(0xFFFFFFFFu, unit >= first && unit - first < units);
+    if (hit != 0) {  // one lane of one step at most
+      const int src = __ffs(hit) - 1;
+      out.start = min(R, carry_rows + __shfl_sync(0xFFFFFFFFu, incl - term, src));
+      out.count = __shfl_sync(0xFFFFFFFFu, count, src);
+      out.first = __shfl_sync(0xFFFFFFFFu, first, src);
+      out.found = true;
+    }
+    carry_rows = min(R, carry_rows + step_rows);
+    carry_units += __shfl_sync(0xFFFFFFFFu, units_incl, 31);
+  }
+  out.end = carry_rows;
+  return out;
+}
+
+template <typename In, Fp8Format kFormat>
+__global__ void __launch_bounds__(kThreads, 8)
+    RowOctetKernel(const __grid_constant__ RowParams p) {
+  constexpr int kVec = In::kVec;
+  constexpr int kLanesPerBlock = kBlock / kVec;        // 4 or 8
+  constexpr int kChunk = kChunkCols<In>;
+  constexpr int kChunkTiles = kChunk / kTileCols;      // 8 or 4
+  constexpr int kWordsOut = kVec / 4;
+  using Storage = typename In::Storage;
+  __shared__ __align__(16) uint8_t sectors[kChunkTiles][kSectorBytes];
+
+  const int lane = threadIdx.x % 32;
+  const int q = threadIdx.x / 32;  // the warp's row of the octet
+  const int64_t N = p.cols;
+  const int64_t R = p.rs.rows;
+  const int64_t ex = blockIdx.y;
+  const uint32_t item = blockIdx.x;
+  const uint32_t rest = item / p.chunks;
+  const uint32_t chunk = item - rest * p.chunks;
+  const uint32_t unit = rest / kOctets;
+  const int octet = static_cast<int>(rest % kOctets);
+  const int local_row = 2 * octet + (q & 1) + 32 * (q >> 1);  // in the unit
+  const int64_t col0 = int64_t{chunk} * kChunk + lane * kVec;
+  uint8_t* const row_out = p.row + ex * R * N;
+  uint8_t* const scales = p.row_scale + ex * p.row_scale_bytes +
+                          int64_t{unit} * p.tiles_per_row * kTileBytes +
+                          octet * kSectorBytes;
+  const uint32_t tile0 = chunk * kChunkTiles;  // first column tile
+
+  const UnitGroup where =
+      LocateUnit(p.group_sizes + ex * p.groups, p.groups, p.rs, unit);
+
+  if (where.found) {  // CTA-uniform
+    const int64_t local0 = int64_t{unit - where.first} * kUnitRows;
+    const bool row_ok = local0 + local_row < where.count;
+    const int64_t row = where.start + local0 + local_row;
+    const Storage* x =
+        static_cast<const Storage*>(p.x) + (ex * R + row) * N + col0;
+    uint8_t* const out = row_out + row * N + col0;
+    uint4 raw[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const bool ok = row_ok && col0 + u * 32 * kVec < N;
+      raw[u] = ok ? LoadStreaming(x + u * 32 * kVec) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+      uint32_t key = mxfp8::VectorKey<In>(w);
+#pragma unroll
+      for (int d = 1; d < kLanesPerBlock; d *= 2) {
+        key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, d));
+      }
+      const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
+      // N % kVec == 0: a block's first vector is in range iff the block is.
+      const bool ok = row_ok && col0 + u * 32 * kVec < N;
+      if (ok) {
+        const float factor = E8m0ReciprocalScale(e);
+        uint32_t q8[kWordsOut];
+        mxfp8::QuantizeVector<In, kFormat, true>(w, &factor, q8);
+        StoreCastWords(out + u * 32 * kVec, q8);
+      }
+      if (lane % kLanesPerBlock == 0) {  // padding rows / blocks: 0
+        const int block = (u * 32 + lane) / kLanesPerBlock;  // in the chunk
+        sectors[block / 4][(q & 1) * 16 + (q >> 1) * 4 + block % 4] =
+            ok ? e : 0;
+      }
+    }
+    __syncthreads();  // the sectors are in
+    // Sector t, half h on thread 2t + h (tiles past the row's last: none).
+    const int t = threadIdx.x / 2;
+    if (t < kChunkTiles && tile0 + t < p.tiles_per_row) {
+      const int h = threadIdx.x % 2;
+      StoreStreaming16(scales + int64_t{tile0 + t} * kTileBytes + 16 * h,
+                       *reinterpret_cast<const uint4*>(&sectors[t][16 * h]));
+    }
+  } else if (unit < p.worst_units) {  // the buffer's slack
+    const int t = threadIdx.x / 2;
+    if (t < kChunkTiles && tile0 + t < p.tiles_per_row) {
+      StoreStreaming16(
+          scales + int64_t{tile0 + t} * kTileBytes + 16 * (threadIdx.x % 2),
+          make_uint4(0, 0, 0, 0));
+    }
+  }
+
+  // Tail unit `unit`: this octet's rows of no group, zeroed.
+  const int64_t tail_row = where.end + int64_t{unit} * kUnitRows + local_row;
+  if (tail_row < R) {
+    const uint32_t zero[kWordsOut] = {};
+    uint8_t* const out = row_out + tail_row * N + col0;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (col0 + u * 32 * kVec < N) StoreCastWords(out + u * 32 * kVec, zero);
+    }
+  }
+}
+
+}  // namespace eqx_quant::cuda::grouped_row
+
+#endif  // EQX_QUANT_CSRC_KERNELS_GROUPED_MXFP8_ROW_CUDA_CUH_
