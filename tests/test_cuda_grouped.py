@@ -56,6 +56,8 @@ pytestmark = pytest.mark.skipif(
 
 L = eqq.QuantizeLayout
 LAYOUTS = (L.ROWWISE, L.COLWISE, L.ROWWISE_COLWISE)
+# Rowwise alone runs its own MXFP8 kernel (RowOctetKernel), so the targeted tests check both.
+ROW_AND_BOTH = (L.ROWWISE, L.ROWWISE_COLWISE)
 X_DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16, "f32": jnp.float32}
 MODES = ("current", "delayed", "mxfp8_e4m3", "mxfp8_e5m2", "nvfp4", "nvfp4_2d", "nvfp4_sr")
 KEY = jax.random.key(77)
@@ -169,8 +171,8 @@ def test_rows_per_unit(mode):
     x = spread_random((107, 3, 40), jnp.bfloat16, seed=4)
     patterns = [[1, 10, 11, 42, 43, 0], [0, 0, 107, 0, 0, 0], [35, 0, 0, 0, 0, 80],
                 [5, 5, 5, 5, 5, 5]]
-    _check(x, patterns, mode, fa=-1, layouts=(L.ROWWISE_COLWISE,))
-    _check(x, patterns, mode, fa=1, layouts=(L.ROWWISE_COLWISE,))
+    _check(x, patterns, mode, fa=-1, layouts=ROW_AND_BOTH)
+    _check(x, patterns, mode, fa=1, layouts=ROW_AND_BOTH)
 
 
 def _special_values():
@@ -197,9 +199,9 @@ def _special_values():
 def test_special_values(mode):
     x = _special_values()
     patterns = [[1, 31, 33, 127, 129, 0], [0, 0, 321, 0, 0, 0], [64, 64, 64, 64, 64, 1]]
-    _check(x, patterns, mode, layouts=(L.ROWWISE_COLWISE,))
+    _check(x, patterns, mode, layouts=ROW_AND_BOTH)
     with np.errstate(over="ignore", invalid="ignore"):
-        _check(x.astype(jnp.bfloat16), patterns[:1], mode, layouts=(L.ROWWISE_COLWISE,))
+        _check(x.astype(jnp.bfloat16), patterns[:1], mode, layouts=ROW_AND_BOTH)
 
 
 @pytest.mark.parametrize("mode", ["current", "mxfp8_e5m2", "nvfp4_sr"])
@@ -209,7 +211,7 @@ def test_vmap(mode):
     x[1] *= 100
     patterns = [np.array([PATTERNS[0], PATTERNS[3], PATTERNS[7]], np.int32),
                 np.array([PATTERNS[8], PATTERNS[2], PATTERNS[5]], np.int32)]
-    _check(x, patterns, mode, layouts=(L.ROWWISE_COLWISE,), vmapped=True)
+    _check(x, patterns, mode, layouts=ROW_AND_BOTH, vmapped=True)
 
 
 @pytest.mark.parametrize("mode", ["delayed", "mxfp8_e4m3", "nvfp4"])
@@ -283,9 +285,27 @@ def test_large_many_ctas():
     scaling colwise (T layout) and dbias, thousands of CTAs."""
     x = spread_random((16384, 4096), jnp.bfloat16, seed=21)
     sizes = [[3000, 1, 0, 5000, 129, 4096, 33, 4125]]
-    _check(x, sizes, "mxfp8_e4m3", layouts=(L.ROWWISE_COLWISE,), dbias=False)
+    _check(x, sizes, "mxfp8_e4m3", layouts=ROW_AND_BOTH, dbias=False)
     _check(x, sizes, "current", layouts=(L.COLWISE,), dbias=True)
     _check(x, sizes, "nvfp4", layouts=(L.ROWWISE_COLWISE,), dbias=False)
+
+
+@pytest.mark.parametrize("x_name", sorted(X_DTYPES))
+def test_mxfp8_many_groups_wide_rows(x_name):
+    """MXFP8 rowwise with 40 groups (more than one warp-wide step of the per-CTA group
+    lookup), rows wider than one CTA's column chunk (1024 columns for 16-bit inputs, 512 for
+    f32) and a last partial 128-column scale tile; sizes summing to less than M (rows of no
+    group), or past it (clamped in the second step)."""
+    m, n = 700, 1160
+    x = spread_random((m, n), X_DTYPES[x_name], seed=31)
+    rng = np.random.default_rng(5)
+    ragged = rng.integers(0, 30, size=40)
+    ragged[[3, 17, 33]] = 0
+    past = ragged.copy()
+    past[35] = 500  # the sizes pass M in the second step of 32 groups
+    patterns = [ragged, past, np.full(40, 17)]  # 17 * 40 = 680 < 700
+    _check(x, patterns, "mxfp8_e4m3", layouts=ROW_AND_BOTH, dbias=False)
+    _check(x, patterns[:1], "mxfp8_e5m2", layouts=(L.ROWWISE,), dbias=False)
 
 
 _GRAPH_CODE = textwrap.dedent(
