@@ -1,0 +1,203 @@
+// Probe (not part of the library): does the placement of a streaming cast's
+// input and output buffers change its speed on this GPU? The benchmark saw
+// the same kernel on the same shapes differ by ~3 us depending on which ops
+// ran before it in the process (dense MXFP8 rowwise 52.2 us alone, 55.2 after
+// a transposing op; grouped MXFP8 rowwise 58.4 alone, 55.8 in the full run:
+// docs/performance.md, eighth session), i.e. on where XLA's allocator put the
+// buffers. Here one pool is allocated once and the input and output of a
+// one-chunk-per-CTA bf16 -> FP8 cast (the shape of the library's
+// CastRowwiseKernel / RowStreamKernel: 256 threads x 4 16-byte loads, st.cs
+// stores) are placed at chosen offsets inside it.
+// Built and run by .ci/gpu_placement on the H200 machine (~20 s).
+// Prints per placement: microseconds per launch (median of 7 batches of 40
+// launches, inputs and outputs rotated over 4 placements shifted by 400 MB so
+// that L2 holds none of them) for the plain CTA order and for a permuted one
+// (CTA i takes chunk i * 7919 mod chunks: the same chunks in a scattered
+// order, a candidate remedy if the plain order is placement-sensitive).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+constexpr int kLaunches = 40;
+constexpr int kBatches = 7;
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;
+constexpr int kRotation = 4;
+constexpr int64_t kRotationStride = int64_t{400} << 20;  // bytes between copies
+
+void Check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::exit(1);
+  }
+}
+
+__device__ __forceinline__ uint4 Load(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void Store8(uint2* p, uint2 v) {
+  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
+}
+
+__device__ __forceinline__ uint32_t CastPair(float a, float b) {
+  uint16_t q;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(b), "f"(a));
+  return q;
+}
+
+__device__ __forceinline__ uint2 Cast8(uint4 raw, float scale) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const float a = __uint_as_float(w[2 * k] << 16) * scale;
+    const float b = __uint_as_float(w[2 * k] & 0xFFFF0000u) * scale;
+    const float c = __uint_as_float(w[2 * k + 1] << 16) * scale;
+    const float d = __uint_as_float(w[2 * k + 1] & 0xFFFF0000u) * scale;
+    out[k] = CastPair(a, b) | (CastPair(c, d) << 16);
+  }
+  return make_uint2(out[0], out[1]);
+}
+
+// One chunk of kThreads x kUnroll vectors per CTA; kPermuted: CTA i takes
+// chunk (i * 7919) mod chunks (7919 is prime; chunks is not a multiple of it
+// in the sizes below, so this is a permutation).
+template <bool kPermuted>
+__global__ void __launch_bounds__(kThreads, 8)
+    Cast(const uint4* x, uint2* y, float scale, int64_t chunks) {
+  const int64_t chunk =
+      kPermuted ? (int64_t{blockIdx.x} * 7919) % chunks : int64_t{blockIdx.x};
+  const int64_t base = chunk * kThreads * kUnroll + threadIdx.x;
+  uint4 raw[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) raw[u] = Load(x + base + u * kThreads);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) Store8(y + base + u * kThreads, Cast8(raw[u], scale));
+}
+
+__global__ void Fill(uint4* x, int64_t vectors, uint32_t seed) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < vectors;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    uint32_t w[4];
+    for (int k = 0; k < 4; ++k) {
+      h ^= h >> 15;
+      h *= 2246822519u;
+      h ^= h >> 13;
+      w[k] = (h & 0x80FF80FFu) | 0x3F003F00u;  // bf16 pairs in [-2, 2)
+    }
+    x[i] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+template <typename Body>
+double MedianMicroseconds(Body body, cudaStream_t stream) {
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  Check(cudaEventCreate(&start), "event");
+  Check(cudaEventCreate(&stop), "event");
+  for (int i = 0; i < 8; ++i) body(i);
+  std::vector<double> us;
+  for (int b = 0; b < kBatches; ++b) {
+    Check(cudaEventRecord(start, stream), "record");
+    for (int i = 0; i < kLaunches; ++i) body(i);
+    Check(cudaEventRecord(stop, stream), "record");
+    Check(cudaEventSynchronize(stop), "synchronize");
+    float ms = 0.0f;
+    Check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    us.push_back(1000.0 * ms / kLaunches);
+  }
+  std::sort(us.begin(), us.end());
+  Check(cudaEventDestroy(start), "event");
+  Check(cudaEventDestroy(stop), "event");
+  return us[kBatches / 2];
+}
+
+}  // namespace
+
+int main() {
+  const int64_t side = 8192;
+  const int64_t vectors = side * side / 8;
+  const int64_t in_bytes = vectors * 16;  // 128 MiB
+  const int64_t chunks = vectors / (kThreads * kUnroll);
+  // The pool: kRotation copies of (input window + output window), each window
+  // large enough for the largest offset below.
+  const int64_t window = in_bytes + (int64_t{64} << 20);
+  const int64_t pool_bytes = kRotation * kRotationStride + 2 * window;
+  char* pool = nullptr;
+  Check(cudaMalloc(&pool, pool_bytes), "malloc pool");
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+
+  // (input offset, output offset from the end of the input), bytes.
+  const int64_t kib = 1024;
+  const int64_t mib = kib * kib;
+  const std::vector<std::pair<int64_t, int64_t>> placements = {
+      {0, 0},        {0, 256},      {0, 4 * kib},   {0, 64 * kib},
+      {0, 1 * mib},  {0, 2 * mib},  {0, 3 * mib},   {0, 5 * mib + 768},
+      {0, 32 * mib}, {256, 0},      {4 * kib, 0},   {1 * mib, 0},
+      {2 * mib, 2 * mib},           {3 * mib + 512, 7 * mib + 4 * kib},
+  };
+  std::printf("8192 x 8192 bf16 -> e4m3, one chunk per CTA (%lld CTAs), "
+              "inputs/outputs rotated over %d copies %lld MiB apart\n",
+              static_cast<long long>(chunks), kRotation,
+              static_cast<long long>(kRotationStride / mib));
+  std::printf("%14s %14s %10s %10s\n", "input offset", "output gap", "plain us",
+              "permuted us");
+  std::vector<double> plain_all;
+  std::vector<double> permuted_all;
+  for (const auto& [in_off, gap] : placements) {
+    std::vector<uint4*> x(kRotation);
+    std::vector<uint2*> y(kRotation);
+    for (int r = 0; r < kRotation; ++r) {
+      char* base = pool + r * kRotationStride;
+      x[r] = reinterpret_cast<uint4*>(base + in_off);
+      y[r] = reinterpret_cast<uint2*>(base + in_off + in_bytes + gap);
+      Fill<<<1024, 256, 0, stream>>>(x[r], vectors, 7u * r + 1u);
+    }
+    Check(cudaStreamSynchronize(stream), "fill");
+    double us[2];
+    for (int permuted = 0; permuted < 2; ++permuted) {
+      us[permuted] = MedianMicroseconds(
+          [&](int i) {
+            const int r = i % kRotation;
+            if (permuted) {
+              Cast<true><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
+                  x[r], y[r], 3.5f, chunks);
+            } else {
+              Cast<false><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
+                  x[r], y[r], 3.5f, chunks);
+            }
+            Check(cudaGetLastError(), "launch");
+          },
+          stream);
+    }
+    plain_all.push_back(us[0]);
+    permuted_all.push_back(us[1]);
+    std::printf("%14lld %14lld %10.2f %10.2f\n", static_cast<long long>(in_off),
+                static_cast<long long>(gap), us[0], us[1]);
+  }
+  auto span = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return std::make_pair(v.front(), v.back());
+  };
+  const auto [p_lo, p_hi] = span(plain_all);
+  const auto [q_lo, q_hi] = span(permuted_all);
+  std::printf("plain: %.2f .. %.2f us; permuted: %.2f .. %.2f us\n", p_lo, p_hi, q_lo,
+              q_hi);
+  Check(cudaFree(pool), "free");
+  Check(cudaStreamDestroy(stream), "stream");
+  return 0;
+}
