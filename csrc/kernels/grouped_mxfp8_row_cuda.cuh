@@ -127,7 +127,8 @@ __device__ __forceinline__ UnitGroup LocateUnit(const int32_t* sizes,
         __ballot_sync(0xFFFFFFFFu, unit >= first && unit - first < units);
     if (hit != 0) {  // one lane of one step at most
       const int src = __ffs(hit) - 1;
-      out.start = min(R, carry_rows + __shfl_sync(0xFFFFFFFFu, incl - term, src));
+      const int32_t before = __shfl_sync(0xFFFFFFFFu, incl - term, src);
+      out.start = min(R, carry_rows + before);
       out.count = __shfl_sync(0xFFFFFFFFu, count, src);
       out.first = __shfl_sync(0xFFFFFFFFu, first, src);
       out.found = true;
