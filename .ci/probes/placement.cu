@@ -11,9 +11,11 @@
 // Built and run by .ci/gpu_placement on the H200 machine (~20 s).
 // Prints per placement: microseconds per launch (median of 7 batches of 40
 // launches, inputs and outputs rotated over 4 placements shifted by 400 MB so
-// that L2 holds none of them) for the plain CTA order and for a permuted one
-// (CTA i takes chunk i * 7919 mod chunks: the same chunks in a scattered
-// order, a candidate remedy if the plain order is placement-sensitive).
+// that L2 holds none of them) for three CTA orders of the same chunks: plain
+// (CTA i takes chunk i), strided (chunk (i % 64) * (chunks / 64) + i / 64:
+// CTAs launched together are 2 MiB of input apart) and scattered (chunk
+// i * 7919 mod chunks), candidate remedies if the plain order is
+// placement-sensitive.
 
 #include <cuda_runtime.h>
 
@@ -71,14 +73,17 @@ __device__ __forceinline__ uint2 Cast8(uint4 raw, float scale) {
   return make_uint2(out[0], out[1]);
 }
 
-// One chunk of kThreads x kUnroll vectors per CTA; kPermuted: CTA i takes
-// chunk (i * 7919) mod chunks (7919 is prime; chunks is not a multiple of it
-// in the sizes below, so this is a permutation).
-template <bool kPermuted>
+// One chunk of kThreads x kUnroll vectors per CTA. kOrder 0: CTA i takes
+// chunk i; 1: (i % 64) * (chunks / 64) + i / 64 (chunks % 64 == 0 below);
+// 2: (i * 7919) mod chunks (7919 is prime, chunks a power of two: a
+// permutation).
+template <int kOrder>
 __global__ void __launch_bounds__(kThreads, 8)
     Cast(const uint4* x, uint2* y, float scale, int64_t chunks) {
-  const int64_t chunk =
-      kPermuted ? (int64_t{blockIdx.x} * 7919) % chunks : int64_t{blockIdx.x};
+  const int64_t i = blockIdx.x;
+  const int64_t chunk = kOrder == 0   ? i
+                        : kOrder == 1 ? (i % 64) * (chunks / 64) + i / 64
+                                      : (i * 7919) % chunks;
   const int64_t base = chunk * kThreads * kUnroll + threadIdx.x;
   uint4 raw[kUnroll];
 #pragma unroll
@@ -154,10 +159,9 @@ int main() {
               "inputs/outputs rotated over %d copies %lld MiB apart\n",
               static_cast<long long>(chunks), kRotation,
               static_cast<long long>(kRotationStride / mib));
-  std::printf("%14s %14s %10s %10s\n", "input offset", "output gap", "plain us",
-              "permuted us");
-  std::vector<double> plain_all;
-  std::vector<double> permuted_all;
+  std::printf("%14s %14s %10s %10s %10s\n", "input offset", "output gap",
+              "plain us", "strided us", "scattered us");
+  std::vector<double> all[3];
   for (const auto& [in_off, gap] : placements) {
     std::vector<uint4*> x(kRotation);
     std::vector<uint2*> y(kRotation);
@@ -168,35 +172,30 @@ int main() {
       Fill<<<1024, 256, 0, stream>>>(x[r], vectors, 7u * r + 1u);
     }
     Check(cudaStreamSynchronize(stream), "fill");
-    double us[2];
-    for (int permuted = 0; permuted < 2; ++permuted) {
-      us[permuted] = MedianMicroseconds(
+    void (*kernels[3])(const uint4*, uint2*, float, int64_t) = {&Cast<0>, &Cast<1>,
+                                                                &Cast<2>};
+    double us[3];
+    for (int order = 0; order < 3; ++order) {
+      us[order] = MedianMicroseconds(
           [&](int i) {
             const int r = i % kRotation;
-            if (permuted) {
-              Cast<true><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
-                  x[r], y[r], 3.5f, chunks);
-            } else {
-              Cast<false><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
-                  x[r], y[r], 3.5f, chunks);
-            }
+            kernels[order]<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
+                x[r], y[r], 3.5f, chunks);
             Check(cudaGetLastError(), "launch");
           },
           stream);
+      all[order].push_back(us[order]);
     }
-    plain_all.push_back(us[0]);
-    permuted_all.push_back(us[1]);
-    std::printf("%14lld %14lld %10.2f %10.2f\n", static_cast<long long>(in_off),
-                static_cast<long long>(gap), us[0], us[1]);
+    std::printf("%14lld %14lld %10.2f %10.2f %10.2f\n", static_cast<long long>(in_off),
+                static_cast<long long>(gap), us[0], us[1], us[2]);
   }
-  auto span = [](std::vector<double> v) {
+  const char* names[3] = {"plain", "strided", "scattered"};
+  for (int order = 0; order < 3; ++order) {
+    std::vector<double> v = all[order];
     std::sort(v.begin(), v.end());
-    return std::make_pair(v.front(), v.back());
-  };
-  const auto [p_lo, p_hi] = span(plain_all);
-  const auto [q_lo, q_hi] = span(permuted_all);
-  std::printf("plain: %.2f .. %.2f us; permuted: %.2f .. %.2f us\n", p_lo, p_hi, q_lo,
-              q_hi);
+    std::printf("%s: %.2f .. %.2f us (median %.2f)\n", names[order], v.front(), v.back(),
+                v[v.size() / 2]);
+  }
   Check(cudaFree(pool), "free");
   Check(cudaStreamDestroy(stream), "stream");
   return 0;
