@@ -1,5 +1,5 @@
 // The rowwise-only path of eqx_quant_grouped_mxfp8_quantize (sm_90a),
-// included by kernels/grouped_quantize_cuda.cu only. Same bytes as the
+// included by kernels/grouped_mxfp8_row_cuda.cu only (its launcher). Same bytes as the
 // generic TileKernel there (and so as the CPU kernel); taken when N % kVec
 // == 0 (kVec = elements per 16 bytes: 8 for bf16 / f16, 4 for f32), x is
 // 16-byte aligned, the data output 8-byte (f32: 4) and the scale buffer

@@ -32,7 +32,8 @@
 // Tail units zero the data rows that belong to no group.
 //
 // Faster paths for MXFP8, tried first: RowOctetKernel (rowwise only,
-// grouped_mxfp8_row_cuda.cuh) and VecKernel (grouped_mxfp8_vec_cuda.cuh).
+// grouped_mxfp8_row_cuda.cu: TryMxfp8RowOctet) and VecKernel
+// (grouped_mxfp8_vec_cuda.cuh).
 
 #include <cuda_runtime.h>
 
@@ -45,7 +46,6 @@
 #include "common/grouped_problem.h"
 #include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_quantize_cuda.h"
-#include "kernels/grouped_mxfp8_row_cuda.cuh"
 #include "kernels/grouped_mxfp8_vec_cuda.cuh"
 #include "kernels/grouped_quantize_cuda_device.cuh"
 #include "kernels/grouped_rcp_cuda.cuh"
@@ -399,13 +399,10 @@ GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
   const GroupedView& v = problem.view;
   *taken = false;
   const int vec = v.input_type == InputType::kF32 ? 4 : 8;
-  auto aligned = [](const void* ptr, uintptr_t bytes) {
-    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-  };
-  if (v.cols % vec != 0 || !aligned(buffers.x, 16) ||
-      (problem.rowwise && !aligned(buffers.row, 8)) ||
-      (problem.colwise && !aligned(buffers.col, 8)) ||
-      (problem.rowwise && !aligned(buffers.row_scale, 4))) {
+  if (v.cols % vec != 0 || !Aligned(buffers.x, 16) ||
+      (problem.rowwise && !Aligned(buffers.row, 8)) ||
+      (problem.colwise && !Aligned(buffers.col, 8)) ||
+      (problem.rowwise && !Aligned(buffers.row_scale, 4))) {
     return GroupedLaunchStatus{};
   }
   const int64_t col_tiles = grouped::CeilDiv(v.cols, int64_t{32} * vec);
@@ -438,8 +435,8 @@ GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
   p.col_scale_bytes = problem.col_scale_bytes;
   p.col_tiles = static_cast<uint32_t>(col_tiles);
   p.wide = v.cols % 16 == 0 &&
-           (!problem.rowwise || aligned(buffers.row, 16)) &&
-           (!problem.colwise || aligned(buffers.col, 16));
+           (!problem.rowwise || Aligned(buffers.row, 16)) &&
+           (!problem.colwise || Aligned(buffers.col, 16));
   const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
   constexpr auto kE4 = Fp8Format::kE4M3Fn;
   constexpr auto kE5 = Fp8Format::kE5M2;
@@ -455,82 +452,6 @@ GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
     case InputType::kBF16:
       return e4m3 ? LaunchVecLayout<Bf16In, kE4>(p, r, c, max_items, stream)
                   : LaunchVecLayout<Bf16In, kE5>(p, r, c, max_items, stream);
-  }
-  *taken = false;
-  return GroupedLaunchStatus{};
-}
-
-// ---------------------------------------------------------------------------
-// The rowwise-only MXFP8 path (grouped_mxfp8_row_cuda.cuh). It writes every
-// byte of the scale buffer itself: no memset before it.
-
-template <typename In>
-GroupedLaunchStatus LaunchRowOctet(const grouped_row::RowParams& p, bool e4m3,
-                                   dim3 grid, cudaStream_t stream) {
-  using grouped_row::RowOctetKernel;
-  if (e4m3) {
-    RowOctetKernel<In, Fp8Format::kE4M3Fn><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    RowOctetKernel<In, Fp8Format::kE5M2><<<grid, kThreads, 0, stream>>>(p);
-  }
-  return CheckLaunch("launching the grouped MXFP8 RowOctetKernel");
-}
-
-// Launches RowOctetKernel if the problem suits it; *taken says whether.
-GroupedLaunchStatus TryMxfp8Row(const GroupedMxfp8QuantizeProblem& problem,
-                                const GroupedMxfp8QuantizeBuffers& buffers,
-                                cudaStream_t stream, bool* taken) {
-  using grouped_row::kOctets;
-  using grouped_row::kTileBytes;
-  using grouped_row::kTileCols;
-  using grouped_row::kUnitRows;
-  const GroupedView& v = problem.view;
-  *taken = false;
-  const int vec = v.input_type == InputType::kF32 ? 4 : 8;
-  auto aligned = [](const void* ptr, uintptr_t bytes) {
-    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-  };
-  if (!problem.rowwise || problem.colwise || v.cols % vec != 0 ||
-      v.batch > 65535 || v.rows >= (int64_t{1} << 25) ||
-      !aligned(buffers.x, 16) || !aligned(buffers.row, vec) ||
-      !aligned(buffers.row_scale, 16)) {
-    return GroupedLaunchStatus{};
-  }
-  const int64_t chunks =
-      grouped::CeilDiv(v.cols, int64_t{grouped_row::kLoads} * 32 * vec);
-  const int64_t tiles_per_row = grouped::CeilDiv(v.cols, int64_t{kTileCols});
-  const int64_t worst_units =
-      grouped::WorstCaseUnits(v.rows, v.groups, int64_t{kUnitRows});
-  // Tail units reach ceil(R / 128), which exceeds W only when G == 0.
-  const int64_t units =
-      std::max(worst_units, grouped::CeilDiv(v.rows, int64_t{kUnitRows}));
-  if (units * kOctets * chunks > int64_t{0x7FFFFFFF} ||
-      problem.row_scale_bytes != worst_units * tiles_per_row * kTileBytes) {
-    return GroupedLaunchStatus{};
-  }
-  *taken = true;
-  grouped_row::RowParams p{};
-  p.x = buffers.x;
-  p.group_sizes = buffers.group_sizes;
-  p.row = buffers.row;
-  p.row_scale = buffers.row_scale;
-  p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
-  p.cols = v.cols;
-  p.groups = v.groups;
-  p.row_scale_bytes = problem.row_scale_bytes;
-  p.chunks = static_cast<uint32_t>(chunks);
-  p.tiles_per_row = static_cast<uint32_t>(tiles_per_row);
-  p.worst_units = static_cast<uint32_t>(worst_units);
-  const dim3 grid(static_cast<unsigned>(units * kOctets * chunks),
-                  static_cast<unsigned>(v.batch));
-  const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
-  switch (v.input_type) {
-    case InputType::kF32:
-      return LaunchRowOctet<F32In>(p, e4m3, grid, stream);
-    case InputType::kF16:
-      return LaunchRowOctet<F16In>(p, e4m3, grid, stream);
-    case InputType::kBF16:
-      return LaunchRowOctet<Bf16In>(p, e4m3, grid, stream);
   }
   *taken = false;
   return GroupedLaunchStatus{};
@@ -575,7 +496,7 @@ GroupedLaunchStatus GroupedMxfp8Quantize(
   if (v.rows * v.cols != 0) {
     bool taken = false;
     const GroupedLaunchStatus row_only =
-        TryMxfp8Row(problem, buffers, stream, &taken);
+        TryMxfp8RowOctet(problem, buffers, stream, &taken);
     if (taken || !row_only.ok) return row_only;
   }
   GroupedLaunchStatus status = ZeroScaleBuffers(problem, buffers, stream);

@@ -229,6 +229,11 @@ __device__ __forceinline__ void ZeroRows(uint8_t* out, int64_t cols,
 // ---------------------------------------------------------------------------
 // Host side.
 
+// Whether `ptr` is a multiple of `bytes` (a power of two).
+inline bool Aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
 inline GroupedLaunchStatus CheckLaunch(const char* what) {
   GroupedLaunchStatus status;
   const cudaError_t error = cudaGetLastError();
@@ -300,5 +305,17 @@ inline bool TileGrid(int64_t rows, int64_t cols, int64_t groups,
 }
 
 }  // namespace eqx_quant::cuda::grouped_dev
+
+namespace eqx_quant::cuda {
+
+// The rowwise-only MXFP8 path (kernels/grouped_mxfp8_row_cuda.cu): launches
+// RowOctetKernel if the problem suits it (*taken says whether); nothing is
+// enqueued otherwise.
+GroupedLaunchStatus TryMxfp8RowOctet(
+    const GroupedMxfp8QuantizeProblem& problem,
+    const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
+    bool* taken);
+
+}  // namespace eqx_quant::cuda
 
 #endif  // EQX_QUANT_CSRC_KERNELS_GROUPED_QUANTIZE_CUDA_DEVICE_CUH_

@@ -1,0 +1,104 @@
+// Host side of the rowwise-only path of eqx_quant_grouped_mxfp8_quantize:
+// TryMxfp8RowOctet (declared in kernels/grouped_quantize_cuda_device.cuh,
+// called by GroupedMxfp8Quantize in grouped_quantize_cuda.cu) launches
+// RowOctetKernel (kernels/grouped_mxfp8_row_cuda.cuh) when the problem suits
+// it. The kernel writes every byte of the scale buffer itself: no memset
+// before it. Compiled with the other kernels' flags (--fmad=false
+// --ftz=false).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/fp8_format.h"
+#include "common/grouped_layout.h"
+#include "common/grouped_problem.h"
+#include "kernels/grouped_mxfp8_row_cuda.cuh"
+#include "kernels/grouped_quantize_cuda_device.cuh"
+#include "kernels/mxfp8_quantize_cuda_device.cuh"
+
+namespace eqx_quant::cuda {
+
+using grouped_dev::Aligned;
+using grouped_dev::CheckLaunch;
+using grouped_dev::kThreads;
+using grouped_dev::RowSpec;
+using mxfp8::Bf16In;
+using mxfp8::F16In;
+using mxfp8::F32In;
+
+namespace {
+
+template <typename In>
+GroupedLaunchStatus LaunchRowOctet(const grouped_row::RowParams& p, bool e4m3,
+                                   dim3 grid, cudaStream_t stream) {
+  using grouped_row::RowOctetKernel;
+  if (e4m3) {
+    RowOctetKernel<In, Fp8Format::kE4M3Fn><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    RowOctetKernel<In, Fp8Format::kE5M2><<<grid, kThreads, 0, stream>>>(p);
+  }
+  return CheckLaunch("launching the grouped MXFP8 RowOctetKernel");
+}
+
+}  // namespace
+
+GroupedLaunchStatus TryMxfp8RowOctet(
+    const GroupedMxfp8QuantizeProblem& problem,
+    const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
+    bool* taken) {
+  using grouped_row::kOctets;
+  using grouped_row::kTileBytes;
+  using grouped_row::kTileCols;
+  using grouped_row::kUnitRows;
+  const GroupedView& v = problem.view;
+  *taken = false;
+  const int vec = v.input_type == InputType::kF32 ? 4 : 8;
+  if (!problem.rowwise || problem.colwise || v.cols % vec != 0 ||
+      v.batch > 65535 || v.rows >= (int64_t{1} << 25) ||
+      !Aligned(buffers.x, 16) || !Aligned(buffers.row, vec) ||
+      !Aligned(buffers.row_scale, 16)) {
+    return GroupedLaunchStatus{};
+  }
+  const int64_t chunks =
+      grouped::CeilDiv(v.cols, int64_t{grouped_row::kLoads} * 32 * vec);
+  const int64_t tiles_per_row = grouped::CeilDiv(v.cols, int64_t{kTileCols});
+  const int64_t worst_units =
+      grouped::WorstCaseUnits(v.rows, v.groups, int64_t{kUnitRows});
+  // Tail units reach ceil(R / 128), which exceeds W only when G == 0.
+  const int64_t units =
+      std::max(worst_units, grouped::CeilDiv(v.rows, int64_t{kUnitRows}));
+  if (units * kOctets * chunks > int64_t{0x7FFFFFFF} ||
+      problem.row_scale_bytes != worst_units * tiles_per_row * kTileBytes) {
+    return GroupedLaunchStatus{};
+  }
+  *taken = true;
+  grouped_row::RowParams p{};
+  p.x = buffers.x;
+  p.group_sizes = buffers.group_sizes;
+  p.row = buffers.row;
+  p.row_scale = buffers.row_scale;
+  p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
+  p.cols = v.cols;
+  p.groups = v.groups;
+  p.row_scale_bytes = problem.row_scale_bytes;
+  p.chunks = static_cast<uint32_t>(chunks);
+  p.tiles_per_row = static_cast<uint32_t>(tiles_per_row);
+  p.worst_units = static_cast<uint32_t>(worst_units);
+  const dim3 grid(static_cast<unsigned>(units * kOctets * chunks),
+                  static_cast<unsigned>(v.batch));
+  const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
+  switch (v.input_type) {
+    case InputType::kF32:
+      return LaunchRowOctet<F32In>(p, e4m3, grid, stream);
+    case InputType::kF16:
+      return LaunchRowOctet<F16In>(p, e4m3, grid, stream);
+    case InputType::kBF16:
+      return LaunchRowOctet<Bf16In>(p, e4m3, grid, stream);
+  }
+  *taken = false;
+  return GroupedLaunchStatus{};
+}
+
+}  // namespace eqx_quant::cuda
