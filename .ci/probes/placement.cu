@@ -25,7 +25,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "probe_timing.h"
+
 namespace {
+
+using probe::Check;
+using probe::MedianMicroseconds;
 
 constexpr int kLaunches = 40;
 constexpr int kBatches = 7;
@@ -33,13 +38,6 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 constexpr int kRotation = 4;
 constexpr int64_t kRotationStride = int64_t{400} << 20;  // bytes between copies
-
-void Check(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
-    std::exit(1);
-  }
-}
 
 __device__ __forceinline__ uint4 Load(const uint4* p) {
   uint4 v;
@@ -107,29 +105,6 @@ __global__ void Fill(uint4* x, int64_t vectors, uint32_t seed) {
   }
 }
 
-template <typename Body>
-double MedianMicroseconds(Body body, cudaStream_t stream) {
-  cudaEvent_t start;
-  cudaEvent_t stop;
-  Check(cudaEventCreate(&start), "event");
-  Check(cudaEventCreate(&stop), "event");
-  for (int i = 0; i < 8; ++i) body(i);
-  std::vector<double> us;
-  for (int b = 0; b < kBatches; ++b) {
-    Check(cudaEventRecord(start, stream), "record");
-    for (int i = 0; i < kLaunches; ++i) body(i);
-    Check(cudaEventRecord(stop, stream), "record");
-    Check(cudaEventSynchronize(stop), "synchronize");
-    float ms = 0.0f;
-    Check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    us.push_back(1000.0 * ms / kLaunches);
-  }
-  std::sort(us.begin(), us.end());
-  Check(cudaEventDestroy(start), "event");
-  Check(cudaEventDestroy(stop), "event");
-  return us[kBatches / 2];
-}
-
 }  // namespace
 
 int main() {
@@ -176,7 +151,7 @@ int main() {
                                                                 &Cast<2>};
     double us[3];
     for (int order = 0; order < 3; ++order) {
-      us[order] = MedianMicroseconds(
+      us[order] = MedianMicroseconds<kLaunches, kBatches>(
           [&](int i) {
             const int r = i % kRotation;
             kernels[order]<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(

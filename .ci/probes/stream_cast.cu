@@ -17,18 +17,16 @@
 #include <cstdlib>
 #include <vector>
 
+#include "probe_timing.h"
+
 namespace {
+
+using probe::Check;
+using probe::MedianMicroseconds;
 
 constexpr int kBuffers = 4;
 constexpr int kLaunches = 40;
 constexpr int kBatches = 7;
-
-void Check(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
-    std::exit(1);
-  }
-}
 
 // kHint 0: ld.global.nc.L1::no_allocate (the library's loads); 1: plus
 // L2::evict_first; 2: ld.global.cs (streaming).
@@ -233,29 +231,6 @@ struct Variant {
   int blocks_per_sm;            // 0: one chunk per block (no loop)
 };
 
-template <typename Body>
-double MedianMicroseconds(Body body, cudaStream_t stream) {
-  cudaEvent_t start;
-  cudaEvent_t stop;
-  Check(cudaEventCreate(&start), "event");
-  Check(cudaEventCreate(&stop), "event");
-  for (int i = 0; i < 8; ++i) body(i);
-  std::vector<double> us;
-  for (int b = 0; b < kBatches; ++b) {
-    Check(cudaEventRecord(start, stream), "record");
-    for (int i = 0; i < kLaunches; ++i) body(i);
-    Check(cudaEventRecord(stop, stream), "record");
-    Check(cudaEventSynchronize(stop), "synchronize");
-    float ms = 0.0f;
-    Check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    us.push_back(1000.0 * ms / kLaunches);
-  }
-  std::sort(us.begin(), us.end());
-  Check(cudaEventDestroy(start), "event");
-  Check(cudaEventDestroy(stop), "event");
-  return us[kBatches / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -307,7 +282,7 @@ int main(int argc, char** argv) {
     Check(cudaStreamSynchronize(stream), "fill");
     const double cast_bytes = 3.0 * elements;   // 2 read + 1 written
     const double copy_bytes = 4.0 * elements;   // bf16 read + written
-    const double copy_us = MedianMicroseconds(
+    const double copy_us = MedianMicroseconds<kLaunches, kBatches>(
         [&](int i) {
           Check(cudaMemcpyAsync(copy[i % out_buffers], x[(i + 1) % kBuffers], vectors * 16,
                                 cudaMemcpyDeviceToDevice, stream),
@@ -321,7 +296,7 @@ int main(int argc, char** argv) {
     std::printf("%8.2f us  %6.0f GB/s  100.0%%  cudaMemcpyAsync D2D of x\n", copy_us,
                 copy_gbps);
     for (const bool evict_first : {false, true}) {
-      const double kcopy_us = MedianMicroseconds(
+      const double kcopy_us = MedianMicroseconds<kLaunches, kBatches>(
           [&](int i) {
             auto* kernel = evict_first ? &CopyKernel<true> : &CopyKernel<false>;
             kernel<<<sms * 8, 256, 0, stream>>>(x[(i + 1) % kBuffers], copy[i % out_buffers],
@@ -342,7 +317,7 @@ int main(int argc, char** argv) {
       const int64_t chunks = (vectors + step - 1) / step;
       const int64_t grid =
           v.blocks_per_sm == 0 ? chunks : std::min<int64_t>(chunks, int64_t{sms} * v.blocks_per_sm);
-      const double us = MedianMicroseconds(
+      const double us = MedianMicroseconds<kLaunches, kBatches>(
           [&](int i) {
             a.x = x[(i + 1) % kBuffers];
             a.y = y[i % out_buffers];
