@@ -1,8 +1,8 @@
 // Device helpers shared by the grouped CUDA kernels
-// (kernels/grouped_quantize_cuda.cu, grouped_nvfp4_cuda.cu,
-// grouped_dbias_cuda.cu): the on-device group offsets (block scans of the
-// group sizes, in int64), the mapping of a row-tile unit to its group, and
-// the host-side launch helpers. Internal to those files.
+// (kernels/grouped_quantize_cuda.cu, grouped_mxfp8_row_cuda.cu,
+// grouped_nvfp4_cuda.cu, grouped_dbias_cuda.cu): the on-device group offsets
+// (block and warp scans of the group sizes), the mapping of a row-tile unit
+// to its group, and the host-side launch helpers. Internal to those files.
 //
 // Work units of the row-tiled kernels. An example's row tiles are TR rows
 // aligned at each group's start: group g has ceil(rows_g / TR) of them, and
