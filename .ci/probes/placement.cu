@@ -25,11 +25,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "probe_timing.h"
+#include "probe_common.h"
 
 namespace {
 
 using probe::Check;
+using probe::Fill;
 using probe::MedianMicroseconds;
 
 constexpr int kLaunches = 40;
@@ -88,21 +89,6 @@ __global__ void __launch_bounds__(kThreads, 8)
   for (int u = 0; u < kUnroll; ++u) raw[u] = Load(x + base + u * kThreads);
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) Store8(y + base + u * kThreads, Cast8(raw[u], scale));
-}
-
-__global__ void Fill(uint4* x, int64_t vectors, uint32_t seed) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < vectors;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    uint32_t w[4];
-    for (int k = 0; k < 4; ++k) {
-      h ^= h >> 15;
-      h *= 2246822519u;
-      h ^= h >> 13;
-      w[k] = (h & 0x80FF80FFu) | 0x3F003F00u;  // bf16 pairs in [-2, 2)
-    }
-    x[i] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
 }
 
 }  // namespace

@@ -17,11 +17,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "probe_timing.h"
+#include "probe_common.h"
 
 namespace {
 
 using probe::Check;
+using probe::Fill;
 using probe::MedianMicroseconds;
 
 constexpr int kBuffers = 4;
@@ -202,24 +203,6 @@ __global__ void CopyKernel(const uint4* x, uint4* y, int64_t vectors) {
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < vectors;
        i += int64_t{gridDim.x} * blockDim.x) {
     Store16<kEvictFirst>(y + i, Load(x + i));
-  }
-}
-
-__global__ void Fill(uint4* x, int64_t vectors, uint32_t seed) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < vectors;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    uint32_t w[4];
-    for (int k = 0; k < 4; ++k) {
-      h ^= h >> 15;
-      h *= 2246822519u;
-      h ^= h >> 13;
-      // two bf16 in [-4, 4): exponent 125..129, random mantissa and sign
-      const uint32_t lo = ((h & 0x8000u) | ((125u + (h >> 16) % 4u) << 7) | (h & 0x7Fu));
-      const uint32_t hi = ((h >> 1) & 0x8000u) | ((125u + (h >> 20) % 4u) << 7) | ((h >> 7) & 0x7Fu);
-      w[k] = lo | (hi << 16);
-    }
-    x[i] = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 

@@ -1,13 +1,16 @@
-// Shared by the standalone probes (not part of the library): error checks and
-// the median time per launch of a body of back-to-back launches, with CUDA
-// events (8 warm-up calls, then kBatches batches of kLaunches calls).
+// Shared by the standalone probes (not part of the library; each probe is one
+// translation unit, so the kernel below is defined once per program): error
+// checks, the median time per launch of a body of back-to-back launches with
+// CUDA events (8 warm-up calls, then kBatches batches of kLaunches calls), and
+// a bf16 test input.
 
-#ifndef EQX_QUANT_CI_PROBES_PROBE_TIMING_H_
-#define EQX_QUANT_CI_PROBES_PROBE_TIMING_H_
+#ifndef EQX_QUANT_CI_PROBES_PROBE_COMMON_H_
+#define EQX_QUANT_CI_PROBES_PROBE_COMMON_H_
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -46,6 +49,26 @@ double MedianMicroseconds(Body body, cudaStream_t stream) {
   return us[kBatches / 2];
 }
 
+// Random bf16 pairs in [-4, 4) (exponents 125..129), 8 per vector.
+__global__ void Fill(uint4* x, int64_t vectors, uint32_t seed) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < vectors;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    uint32_t w[4];
+    for (int k = 0; k < 4; ++k) {
+      h ^= h >> 15;
+      h *= 2246822519u;
+      h ^= h >> 13;
+      const uint32_t lo =
+          (h & 0x8000u) | ((125u + (h >> 16) % 4u) << 7) | (h & 0x7Fu);
+      const uint32_t hi = ((h >> 1) & 0x8000u) |
+                          ((125u + (h >> 20) % 4u) << 7) | ((h >> 7) & 0x7Fu);
+      w[k] = lo | (hi << 16);
+    }
+    x[i] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 }  // namespace probe
 
-#endif  // EQX_QUANT_CI_PROBES_PROBE_TIMING_H_
+#endif  // EQX_QUANT_CI_PROBES_PROBE_COMMON_H_
