@@ -54,14 +54,14 @@
 
 namespace eqx_quant::cuda::grouped_row {
 
-using grouped_dev::ClampedRows;
 using grouped_dev::kThreads;
 using grouped_dev::kWarps;
 using grouped_dev::RowSpec;
-using grouped_dev::WarpInclusive;
+using grouped_dev::LocateUnit;
+using grouped_dev::UnitGroup;
 
 constexpr int kBlock = 32;
-constexpr int kUnitRows = 128;    // rows of a cuBLAS scale tile
+constexpr int kUnitRows = grouped_dev::kScaleUnitRows;  // 128
 constexpr int kTileCols = 128;    // columns of one scale tile (4 blocks)
 constexpr int kTileBytes = 512;   // one 128 x 4 scale tile
 constexpr int kSectorBytes = 32;  // one row octet of a tile
@@ -86,59 +86,6 @@ struct RowParams {
   uint32_t tiles_per_row;   // ceil(N / 128)
   uint32_t worst_units;     // W(R, G, 128)
 };
-
-// A unit's group (the same in every lane).
-struct UnitGroup {
-  int32_t start = 0;   // first row of the group
-  int32_t count = 0;   // its rows
-  uint32_t first = 0;  // its first unit
-  int32_t end = 0;     // start_G: the first row of no group
-  bool found = false;  // unit < the units of all groups
-};
-
-// One warp-level pass over the group sizes (32 per step; every lane of the
-// warp must call it) in 32-bit arithmetic: R < 2^25, so a step's sums
-// (<= 33 R) fit. While the sizes so far sum to at most R (the usual case)
-// the row and unit scans are independent and run interleaved.
-__device__ __forceinline__ UnitGroup LocateUnit(const int32_t* sizes,
-                                                int64_t G, const RowSpec& rs,
-                                                uint32_t unit) {
-  const int lane = threadIdx.x % 32;
-  const int32_t R = static_cast<int32_t>(rs.rows);
-  UnitGroup out;
-  int32_t carry_rows = 0;
-  uint32_t carry_units = 0;
-  for (int64_t base = 0; base < G; base += 32) {
-    const int64_t g = base + lane;
-    const int32_t term = static_cast<int32_t>(
-        g < G ? ClampedRows(__ldg(sizes + g), rs) : 0);  // <= R
-    const int32_t incl = WarpInclusive(term);
-    const int32_t step_rows = __shfl_sync(0xFFFFFFFFu, incl, 31);
-    int32_t count = term;
-    if (carry_rows + step_rows > R) {  // warp-uniform: clamped at R
-      const int32_t start = min(R, carry_rows + incl - term);
-      count = min(R, carry_rows + incl) - start;
-    }
-    const uint32_t units = static_cast<uint32_t>(count + kUnitRows - 1) /
-                           static_cast<uint32_t>(kUnitRows);
-    const uint32_t units_incl = WarpInclusive(units);
-    const uint32_t first = carry_units + units_incl - units;
-    const unsigned hit =
-        __ballot_sync(0xFFFFFFFFu, unit >= first && unit - first < units);
-    if (hit != 0) {  // one lane of one step at most
-      const int src = __ffs(hit) - 1;
-      const int32_t before = __shfl_sync(0xFFFFFFFFu, incl - term, src);
-      out.start = min(R, carry_rows + before);
-      out.count = __shfl_sync(0xFFFFFFFFu, count, src);
-      out.first = __shfl_sync(0xFFFFFFFFu, first, src);
-      out.found = true;
-    }
-    carry_rows = min(R, carry_rows + step_rows);
-    carry_units += __shfl_sync(0xFFFFFFFFu, units_incl, 31);
-  }
-  out.end = carry_rows;
-  return out;
-}
 
 template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads, 8)

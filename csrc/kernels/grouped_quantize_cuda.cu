@@ -31,9 +31,13 @@
 // the zero-filled amax; CTA 0 of each example writes scale_inv.
 // Tail units zero the data rows that belong to no group.
 //
-// Faster paths for MXFP8, tried first: RowOctetKernel (rowwise only,
-// grouped_mxfp8_row_cuda.cu: TryMxfp8RowOctet) and VecKernel
-// (grouped_mxfp8_vec_cuda.cuh).
+// Faster paths for MXFP8, tried first, each writing whole swizzled scale
+// tiles (or sectors) and the buffers' slack itself, so no memset runs before
+// them: RowOctetKernel for rowwise only (grouped_mxfp8_row_cuda.cu:
+// TryMxfp8RowOctet), UnitTileKernel for colwise and rowwise + colwise
+// (grouped_mxfp8_unit_cuda.cu: TryMxfp8UnitTile). TileKernel serves the rest
+// (rows not a whole number of 16-byte vectors, unaligned buffers, R >=
+// 2^25, batch > 65535).
 
 #include <cuda_runtime.h>
 
@@ -44,9 +48,7 @@
 #include "common/fp8_format.h"
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
-#include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_quantize_cuda.h"
-#include "kernels/grouped_mxfp8_vec_cuda.cuh"
 #include "kernels/grouped_quantize_cuda_device.cuh"
 #include "kernels/grouped_rcp_cuda.cuh"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"
@@ -351,112 +353,6 @@ TileParams BaseParams(const GroupedView& v) {
   return p;
 }
 
-// ---------------------------------------------------------------------------
-// The MXFP8 fast path (grouped_mxfp8_vec_cuda.cuh).
-
-
-template <typename In, Fp8Format kFormat, bool kRow, bool kCol>
-GroupedLaunchStatus LaunchVec(const grouped_vec::VecParams& p,
-                              int64_t max_items, cudaStream_t stream) {
-  using grouped_vec::VecKernel;
-  static const int per_sm = [] {
-    auto* kernel = VecKernel<In, kFormat, kRow, kCol>;
-    int blocks = 0;
-    if (cudaFuncSetAttribute(kernel,
-                             cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel,
-                                                      kThreads, 0) !=
-            cudaSuccess ||
-        blocks <= 0) {
-      cudaGetLastError();
-      blocks = grouped_vec::kVecMinBlocks<kRow, kCol>;
-    }
-    return blocks;
-  }();
-  const int64_t grid =
-      std::max<int64_t>(1, std::min(max_items, int64_t{SmCount()} * per_sm));
-  VecKernel<In, kFormat, kRow, kCol>
-      <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
-  return CheckLaunch("launching the grouped MXFP8 VecKernel");
-}
-
-template <typename In, Fp8Format kFormat>
-GroupedLaunchStatus LaunchVecLayout(const grouped_vec::VecParams& p,
-                                    bool rowwise, bool colwise,
-                                    int64_t max_items, cudaStream_t stream) {
-  if (rowwise && colwise) {
-    return LaunchVec<In, kFormat, true, true>(p, max_items, stream);
-  }
-  if (rowwise) return LaunchVec<In, kFormat, true, false>(p, max_items, stream);
-  return LaunchVec<In, kFormat, false, true>(p, max_items, stream);
-}
-
-// Launches the fast path if the problem suits it; *taken says whether.
-GroupedLaunchStatus TryMxfp8Vec(const GroupedMxfp8QuantizeProblem& problem,
-                                const GroupedMxfp8QuantizeBuffers& buffers,
-                                cudaStream_t stream, bool* taken) {
-  const GroupedView& v = problem.view;
-  *taken = false;
-  const int vec = v.input_type == InputType::kF32 ? 4 : 8;
-  if (v.cols % vec != 0 || !Aligned(buffers.x, 16) ||
-      (problem.rowwise && !Aligned(buffers.row, 8)) ||
-      (problem.colwise && !Aligned(buffers.col, 8)) ||
-      (problem.rowwise && !Aligned(buffers.row_scale, 4))) {
-    return GroupedLaunchStatus{};
-  }
-  const int64_t col_tiles = grouped::CeilDiv(v.cols, int64_t{32} * vec);
-  const int64_t max_items =
-      (grouped::WorstCaseUnits(v.rows, v.groups, kTileRows) +
-       grouped::CeilDiv(v.rows, int64_t{kTileRows})) *
-      col_tiles;
-  // 32-bit scale offsets (SwizzleOffset32) need scale buffers below 2^32 bytes.
-  if (max_items >= int64_t{0x7FFFFFFF} || v.groups >= int64_t{0x7FFFFFFF} ||
-      problem.row_scale_bytes > int64_t{0xFFFFFFFF} ||
-      problem.col_scale_bytes > int64_t{0xFFFFFFFF}) {
-    return GroupedLaunchStatus{};
-  }
-  // The examples run one after another: a batch of small problems is left to
-  // TileKernel (one CTA per tile of every example at once).
-  if (v.batch > 1 && max_items < 1024) return GroupedLaunchStatus{};
-  *taken = true;
-  grouped_vec::VecParams p{};
-  p.x = buffers.x;
-  p.group_sizes = buffers.group_sizes;
-  p.row = problem.rowwise ? buffers.row : nullptr;
-  p.row_scale = problem.rowwise ? buffers.row_scale : nullptr;
-  p.col = problem.colwise ? buffers.col : nullptr;
-  p.col_scale = problem.colwise ? buffers.col_scale : nullptr;
-  p.batch = v.batch;
-  p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
-  p.cols = v.cols;
-  p.groups = v.groups;
-  p.row_scale_bytes = problem.row_scale_bytes;
-  p.col_scale_bytes = problem.col_scale_bytes;
-  p.col_tiles = static_cast<uint32_t>(col_tiles);
-  p.wide = v.cols % 16 == 0 &&
-           (!problem.rowwise || Aligned(buffers.row, 16)) &&
-           (!problem.colwise || Aligned(buffers.col, 16));
-  const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
-  constexpr auto kE4 = Fp8Format::kE4M3Fn;
-  constexpr auto kE5 = Fp8Format::kE5M2;
-  const bool r = problem.rowwise;
-  const bool c = problem.colwise;
-  switch (v.input_type) {
-    case InputType::kF32:
-      return e4m3 ? LaunchVecLayout<F32In, kE4>(p, r, c, max_items, stream)
-                  : LaunchVecLayout<F32In, kE5>(p, r, c, max_items, stream);
-    case InputType::kF16:
-      return e4m3 ? LaunchVecLayout<F16In, kE4>(p, r, c, max_items, stream)
-                  : LaunchVecLayout<F16In, kE5>(p, r, c, max_items, stream);
-    case InputType::kBF16:
-      return e4m3 ? LaunchVecLayout<Bf16In, kE4>(p, r, c, max_items, stream)
-                  : LaunchVecLayout<Bf16In, kE5>(p, r, c, max_items, stream);
-  }
-  *taken = false;
-  return GroupedLaunchStatus{};
-}
-
 constexpr char kTooLarge[] =
     "the tensor is too large (2^31 row tiles or more per example)";
 
@@ -495,18 +391,14 @@ GroupedLaunchStatus GroupedMxfp8Quantize(
   if (v.batch == 0) return GroupedLaunchStatus{};
   if (v.rows * v.cols != 0) {
     bool taken = false;
-    const GroupedLaunchStatus row_only =
-        TryMxfp8RowOctet(problem, buffers, stream, &taken);
-    if (taken || !row_only.ok) return row_only;
+    const GroupedLaunchStatus whole_tiles =
+        problem.colwise ? TryMxfp8UnitTile(problem, buffers, stream, &taken)
+                        : TryMxfp8RowOctet(problem, buffers, stream, &taken);
+    if (taken || !whole_tiles.ok) return whole_tiles;
   }
   GroupedLaunchStatus status = ZeroScaleBuffers(problem, buffers, stream);
   if (!status.ok) return status;
   if (v.rows * v.cols == 0) return status;  // no data, scales all padding
-  if (v.batch <= 65535) {
-    bool taken = false;
-    status = TryMxfp8Vec(problem, buffers, stream, &taken);
-    if (taken || !status.ok) return status;
-  }
   TileParams p = BaseParams(v);
   p.x = buffers.x;
   p.group_sizes = buffers.group_sizes;

@@ -130,6 +130,64 @@ __device__ __forceinline__ void GroupSpan(const int32_t* sizes, int64_t g,
   *count = min(rs.rows, before + ClampedRows(sizes[g], rs)) - *start;
 }
 
+// Rows of a unit of the swizzled scale layout (one cuBLAS 128 x 4 tile high):
+// the units of the whole-tile kernels (grouped_mxfp8_row_cuda.cuh,
+// grouped_mxfp8_unit_cuda.cuh), aligned at each group's start.
+constexpr int kScaleUnitRows = 128;
+
+// A unit's group (the same in every lane).
+struct UnitGroup {
+  int32_t start = 0;   // first row of the group
+  int32_t count = 0;   // its rows
+  uint32_t first = 0;  // its first unit
+  int32_t end = 0;     // start_G: the first row of no group
+  bool found = false;  // unit < the units of all groups
+};
+
+// One warp-level pass over the group sizes (32 per step; every lane of the
+// warp must call it) in 32-bit arithmetic: R < 2^25, so a step's sums
+// (<= 33 R) fit. While the sizes so far sum to at most R (the usual case)
+// the row and unit scans are independent and run interleaved.
+__device__ __forceinline__ UnitGroup LocateUnit(const int32_t* sizes,
+                                                int64_t G, const RowSpec& rs,
+                                                uint32_t unit) {
+  const int lane = threadIdx.x % 32;
+  const int32_t R = static_cast<int32_t>(rs.rows);
+  UnitGroup out;
+  int32_t carry_rows = 0;
+  uint32_t carry_units = 0;
+  for (int64_t base = 0; base < G; base += 32) {
+    const int64_t g = base + lane;
+    const int32_t term = static_cast<int32_t>(
+        g < G ? ClampedRows(__ldg(sizes + g), rs) : 0);  // <= R
+    const int32_t incl = WarpInclusive(term);
+    const int32_t step_rows = __shfl_sync(0xFFFFFFFFu, incl, 31);
+    int32_t count = term;
+    if (carry_rows + step_rows > R) {  // warp-uniform: clamped at R
+      const int32_t start = min(R, carry_rows + incl - term);
+      count = min(R, carry_rows + incl) - start;
+    }
+    const uint32_t units = static_cast<uint32_t>(count + kScaleUnitRows - 1) /
+                           static_cast<uint32_t>(kScaleUnitRows);
+    const uint32_t units_incl = WarpInclusive(units);
+    const uint32_t first = carry_units + units_incl - units;
+    const unsigned hit =
+        __ballot_sync(0xFFFFFFFFu, unit >= first && unit - first < units);
+    if (hit != 0) {  // one lane of one step at most
+      const int src = __ffs(hit) - 1;
+      const int32_t before = __shfl_sync(0xFFFFFFFFu, incl - term, src);
+      out.start = min(R, carry_rows + before);
+      out.count = __shfl_sync(0xFFFFFFFFu, count, src);
+      out.first = __shfl_sync(0xFFFFFFFFu, first, src);
+      out.found = true;
+    }
+    carry_rows = min(R, carry_rows + step_rows);
+    carry_units += __shfl_sync(0xFFFFFFFFu, units_incl, 31);
+  }
+  out.end = carry_rows;
+  return out;
+}
+
 // The group row tile a unit stands for.
 struct GroupTile {
   int64_t group;       // -1: the unit is past the last group tile
@@ -312,6 +370,14 @@ namespace eqx_quant::cuda {
 // RowOctetKernel if the problem suits it (*taken says whether); nothing is
 // enqueued otherwise.
 GroupedLaunchStatus TryMxfp8RowOctet(
+    const GroupedMxfp8QuantizeProblem& problem,
+    const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
+    bool* taken);
+
+// The colwise and rowwise + colwise MXFP8 path (kernels/grouped_mxfp8_unit_
+// cuda.cu): launches UnitTileKernel if the problem suits it (*taken says
+// whether); nothing is enqueued otherwise.
+GroupedLaunchStatus TryMxfp8UnitTile(
     const GroupedMxfp8QuantizeProblem& problem,
     const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
     bool* taken);
