@@ -46,6 +46,12 @@ bracket. After `block_until_ready` the R times are read; the first call (compile
 is dropped, `--reps` calls follow, and the figure is the median of all their brackets. The
 largest gap between an op's end event and the next op's start event is reported too (~0
 when the GPU never idled between ops); events out of order or not recorded are an error.
+Back to back ("b2b" columns, `*_b2b_us` in --json): the same R ops in one jitted function with
+only two events, before the first and after the last (which takes every output), op r+1's
+inputs passed through an optimization barrier together with op r's outputs (so XLA neither
+fuses nor overlaps them); the figure is the median over the calls of (time / R). This is how
+TE's anchors were measured (back-to-back calls in a CUDA graph replay, docs perf_anchors); the
+bracket of one op adds the cost of its two event records (~1-3 us).
 
 Fallback (CPU, or no `_kernels_cuda.so` / an old one without the event target): host wall
 clock. One jitted function applies the op to the K distinct buffers and is dispatched back to
@@ -419,20 +425,48 @@ def _bracketed(fn: Callable, count: int, ops: int, event: Callable, delay: Calla
     return jax.jit(run)
 
 
+def _back_to_back(fn: Callable, count: int, ops: int, event: Callable, delay: Callable | None,
+                  delay_ns: int) -> Callable:
+    """jit of `run(xs, shared, token)`: the same `ops` ops as `_bracketed`, back to back
+    between events 0 and 1 only. Op r+1's inputs pass an optimization barrier together with
+    op r's outputs, so the ops run one after another and XLA cannot fuse or overlap them."""
+    barrier = jax.lax.optimization_barrier
+
+    def run(xs, shared, token):
+        if delay is not None and delay_ns > 0:
+            token = delay(token, delay_ns)
+        token = event(token, 0)
+        kept, previous = [], []
+        for r in range(ops):
+            x, shared_r, token, _ = barrier((xs[r % count], shared, token, previous))
+            previous = jax.tree_util.tree_leaves(fn(x, *shared_r))
+            kept.extend(previous)
+        return event(token, 1, after=kept)
+
+    return jax.jit(run)
+
+
 def _time_events(events: CudaEvents, fn: Callable, xs: list, shared: tuple, reps: int) -> dict:
-    """Median device seconds of `fn` between CUDA events, over `reps` timed calls."""
+    """Median device seconds of `fn` between CUDA events, over `reps` timed calls: one
+    bracket per op ("seconds") and per op of `ops` back-to-back ops ("b2b_seconds")."""
     per_op = max(1, _output_bytes(fn, xs[0], shared))
     ops = max(2, min(EVENT_OPS_PER_CALL, EVENT_OUTPUT_BUDGET // per_op, events.slots // 2))
     delay_ns = min(MAX_DELAY_NS, ops * DELAY_NS_PER_OP)
     run = _bracketed(fn, len(xs), ops, events.event, events.delay, delay_ns)
+    streamed = _back_to_back(fn, len(xs), ops, events.event, events.delay, delay_ns)
     token = jnp.zeros((1,), jnp.uint32)
-    samples, gaps = [], []
+    samples, gaps, b2b = [], [], []
     for call in range(reps + 1):  # call 0 compiles and warms up: not counted
         # Op r of this call reads buffer (call x ops + r) % K: the rotation goes on across
         # calls (the same jitted function, its arguments permuted).
         start = call * ops % len(xs)
+        rotated = xs[start:] + xs[:start]
         events.reset()
-        jax.block_until_ready(run(xs[start:] + xs[:start], shared, token))
+        jax.block_until_ready(streamed(rotated, shared, token))
+        if call > 0:
+            b2b.append(events.elapsed_ms(0, 1) * 1e-3 / ops)
+        events.reset()
+        jax.block_until_ready(run(rotated, shared, token))
         if call == 0:
             continue
         for r in range(ops):
@@ -446,16 +480,18 @@ def _time_events(events: CudaEvents, fn: Callable, xs: list, shared: tuple, reps
             samples.append(ms * 1e-3)
             gaps.append(gap * 1e-3)
     return dict(seconds=statistics.median(samples), samples=len(samples),
-                ops_per_call=ops, max_gap_us=max(gaps) * 1e6)
+                ops_per_call=ops, max_gap_us=max(gaps) * 1e6,
+                b2b_seconds=statistics.median(b2b))
 
 
 def _measure(fn: Callable, xs: list, shared: tuple, reps: int) -> dict:
-    """{"seconds": median per op, "samples", "max_gap_us" (CUDA events only)}."""
+    """{"seconds": median per op, "samples", "max_gap_us" and "b2b_seconds" (CUDA events
+    only, else None)}."""
     events, _ = cuda_events()
     if events is not None:
         return _time_events(events, fn, xs, shared, reps)
     seconds = _time_per_call(_batched(fn, len(xs)), (xs, *shared), len(xs), reps)
-    return dict(seconds=seconds, samples=reps, max_gap_us=None)
+    return dict(seconds=seconds, samples=reps, max_gap_us=None, b2b_seconds=None)
 
 
 def timing_method() -> tuple[str, str]:
@@ -496,6 +532,14 @@ def _inputs(m: int, n: int, seed: int) -> list:
     return xs
 
 
+def _micro(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e6
+
+
+def _cell(us: float | None) -> str:
+    return f"{'-':>6}" if us is None else f"{us:6.1f}"
+
+
 def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
     import eqx_quant as eqq
 
@@ -511,8 +555,8 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
         f"{bandwidth / 1e9:.0f} GB/s")
     rows = []
     header = (
-        f"{'op':<22} {'shape':>11} {'ours us':>9} {'GB/s':>7} {'%copy':>6} "
-        f"{'XLA us':>9} {'GB/s':>7} {'%copy':>6} {'speedup':>7}"
+        f"{'op':<22} {'shape':>11} {'ours us':>9} {'b2b':>6} {'GB/s':>7} {'%copy':>6} "
+        f"{'XLA us':>9} {'b2b':>6} {'GB/s':>7} {'%copy':>6} {'speedup':>7}"
     )
     log(header)
     log("-" * len(header))
@@ -549,12 +593,15 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
                 xla_samples=xla_measured["samples"],
                 ours_max_gap_us=ours_measured["max_gap_us"],
                 xla_max_gap_us=xla_measured["max_gap_us"],
+                ours_b2b_us=_micro(ours_measured["b2b_seconds"]),
+                xla_b2b_us=_micro(xla_measured["b2b_seconds"]),
             )
             rows.append(row)
             log(
-                f"{op:<22} {f'{m}x{n}':>11} {row['ours_us']:9.1f} {row['ours_gbps']:7.0f} "
-                f"{row['ours_pct_copy']:6.1f} {row['xla_us']:9.1f} {row['xla_gbps']:7.0f} "
-                f"{row['xla_pct_copy']:6.1f} {row['speedup']:7.2f}"
+                f"{op:<22} {f'{m}x{n}':>11} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
+                f"{row['ours_gbps']:7.0f} {row['ours_pct_copy']:6.1f} {row['xla_us']:9.1f} "
+                f"{_cell(row['xla_b2b_us'])} {row['xla_gbps']:7.0f} {row['xla_pct_copy']:6.1f} "
+                f"{row['speedup']:7.2f}"
             )
     return dict(
         device=str(device.device_kind),

@@ -15,7 +15,8 @@ layouts (a part's bytes do not depend on the layout).
 The shapes reach every kernel path: the tile kernel with rowwise and colwise, rowwise only (the
 flat stream kernel: whole and partial warps, scale words and single scale bytes), colwise only with 16-byte staged stores and with 8/4-byte
 stores (rows not a multiple of 16 bytes), and the scalar kernels (L % 32 != 0, rows not a
-multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1 and empty tensors.
+multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1, strips of 1024 columns (the
+tile kernel's staged scale bytes) and empty tensors.
 """
 
 import functools
@@ -135,6 +136,9 @@ SHAPES = [
     ((4, 100, 64), -2, "bf16", "e4m3"),  # K=4, C=100
     ((2, 40, 3, 64), -2, "bf16", "e5m2"),  # A=2, K=40 (partial block), C=3
     ((2, 40, 3, 64), -2, "f32", "e4m3"),
+    ((2, 40, 4, 256), -2, "bf16", "e4m3"),  # strips (W % 1024 == 0): A=2, partial K block
+    ((2, 40, 4, 256), -2, "f32", "e5m2"),  # strips of 8 f32 tiles
+    ((72, 2048), -1, "f16", "e5m2"),  # two strips per row block, partial K block
     ((5, 96), -1, "bf16", "e4m3"),  # flat rowwise: a partial last pseudo-row
     ((3, 96), -1, "f32", "e4m3"),
     ((96,), -1, "bf16", "e5m2"),  # rank 1: rowwise only
@@ -168,6 +172,7 @@ def test_all_16bit_patterns(kind, q_name):
     _check(bits.reshape(512, 128).view(dtype), q_name)
     shuffled = np.random.default_rng(11).permutation(bits)
     _check(shuffled.reshape(512, 128).view(dtype), q_name)
+    _check(shuffled.reshape(64, 1024).view(dtype), q_name)  # staged scales of whole strips
 
 
 def _special_values():

@@ -40,6 +40,13 @@
 //     consumed) part of the input buffer and written with 16-byte stores
 //     (4 or 8 byte stores from registers when the rows are not 16-byte
 //     aligned).
+//     Strips (W % 1024 == 0, 16-byte aligned scale buffers): a CTA takes the
+//     1024 / (32 * kVec) consecutive tiles of 1024 columns of one row block,
+//     in order, and stages their scale bytes in shared memory: 32 bytes per
+//     row (rowwise) and 1024 contiguous bytes (colwise), stored after the
+//     strip's last tile as 16-byte streaming stores, i.e. whole 32-byte
+//     sectors (a tile alone owns 8 bytes of a row's sector). Otherwise each
+//     scale byte is stored as it is found.
 //   * RowScalarKernel / ColScalarKernel: one thread per block, scalar loads,
 //     for every other shape or alignment (L % 32 != 0, rows not a multiple of
 //     16 input bytes, misaligned buffers). The column kernel is coalesced
@@ -80,6 +87,7 @@ constexpr int kBlock = static_cast<int>(kMxfp8BlockSize);  // 32
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerThread = kBlock / kWarps;  // 4
+constexpr int kStripCols = 1024;  // columns of a TileKernel strip
 static_assert(kRowsPerThread * kWarps == kBlock, "a tile is one block high");
 
 // ---------------------------------------------------------------------------
@@ -97,6 +105,7 @@ struct TileParams {
   uint32_t w_tiles;    // ceil(W / tile columns)
   int64_t tiles;       // A * k_tiles * w_tiles < 2^31
   bool wide;           // outputs 16-byte aligned and W % 16 == 0
+  bool strips;         // W % 1024 == 0, 16-byte aligned scale buffers
 };
 
 // Where tile t lies.
@@ -137,10 +146,18 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
   constexpr int kOutWords = kVec / 4;
   static_assert(kCol, "rowwise only runs RowStreamKernel");
   static_assert(kStageBytes <= kRowsPerThread * 32 * 16, "stage fits");
+  // A strip: the kStripTiles tiles of 1024 columns of one row block (32
+  // scale bytes per row, 1024 contiguous colwise scale bytes).
+  constexpr int kStripTiles = kStripCols / kTileCols;  // 4 or 8
+  constexpr int kTileBlocks = kTileCols / kBlock;      // 8 or 4
   // Two tiles of input: [buffer][warp][row u][lane][16 bytes].
   __shared__ __align__(16) uint32_t buf[2][kWarps][kRowsPerThread][32][4];
   __shared__ __align__(16) uint32_t part[kCol ? kWarps : 1][32 * 4];
   __shared__ __align__(16) float factors[kCol ? kTileCols : 4];
+  // p.strips: the strip's scale bytes, stored whole after its last tile.
+  // A CTA then has one strip (strips < 2^29, the grid is one per strip).
+  __shared__ __align__(16) uint8_t staged_row[kRow ? kBlock : 1][32];
+  __shared__ __align__(16) uint8_t staged_col[kStripCols];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -164,17 +181,28 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     }
   };
 
+  // A CTA takes whole strips (p.strips) or single tiles, grid-stride, in
+  // 32-bit arithmetic: tiles < 2^31 and grid x step <= max(tiles, 2^30).
+  const uint32_t step = p.strips ? kStripTiles : 1;
+  const uint32_t tiles = static_cast<uint32_t>(p.tiles);
+  auto next_of = [&](uint32_t index) {
+    return (index + 1) % step != 0 ? index + 1
+                                   : index + 1 - step + gridDim.x * step;
+  };
   int cur = 0;
-  if (blockIdx.x < p.tiles) fetch(blockIdx.x, 0);
+  const uint32_t first = blockIdx.x * step;
+  if (first < tiles) fetch(first, 0);
   AsyncCommit();
-  for (int64_t index = blockIdx.x; index < p.tiles;
-       index += gridDim.x, cur ^= 1) {
-    if (index + gridDim.x < p.tiles) fetch(index + gridDim.x, cur ^ 1);
+  for (uint32_t index = first; index < tiles;
+       index = next_of(index), cur ^= 1) {
+    const uint32_t next = next_of(index);
+    if (next < tiles) fetch(next, cur ^ 1);
     AsyncCommit();
     AsyncWaitGroup<1>();  // this thread's part of tile `index` is in
 
     const Tile t = TileAt(p, index, kTileCols);
     const int64_t my_col = t.col0 + lane * kVec;
+    const int in_strip = static_cast<int>(index % kStripTiles);  // if strips
     uint32_t w[kRowsPerThread][4];
 #pragma unroll
     for (int u = 0; u < kRowsPerThread; ++u) {
@@ -239,7 +267,12 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
         uint32_t q[kOutWords];
         QuantizeVector<In, kFormat, true>(w[u], &factor, q);
         if (lane % kLanesPerBlock == 0 && valid_at(t, u, my_col)) {
-          p.row_scale[elem_at(t, u, my_col) / kBlock] = e;
+          if (p.strips) {
+            staged_row[warp + kWarps * u]
+                      [in_strip * kTileBlocks + lane / kLanesPerBlock] = e;
+          } else {
+            p.row_scale[elem_at(t, u, my_col) / kBlock] = e;
+          }
         }
         emit(u, q, p.row);
       }
@@ -261,10 +294,35 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
           const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
           const int column = c * In::kKeysPerWord + h;
           factors[column] = E8m0ReciprocalScale(e);
-          if (t.col0 + column < p.width) scales[column] = e;
+          if (p.strips) {
+            staged_col[in_strip * kTileCols + column] = e;
+          } else if (t.col0 + column < p.width) {
+            scales[column] = e;
+          }
         }
       }
-      __syncthreads();  // the factors are in
+      __syncthreads();  // the factors (and every staged scale byte) are in
+      if (p.strips && in_strip == kStripTiles - 1) {
+        // The strip's scales as 16-byte streaming stores: rowwise row i / 2,
+        // half i % 2 on threads i < 64; colwise piece i - 64 on 64..127.
+        const int64_t strip_col0 = t.col0 - (kStripTiles - 1) * kTileCols;
+        const int i = threadIdx.x;
+        if (kRow && i < 2 * kBlock) {
+          const int r = i / 2;
+          if (r < t.rows) {
+            StoreStreaming16(
+                p.row_scale + (t.row0 + r) * (p.width / kBlock) +
+                    strip_col0 / kBlock + 16 * (i % 2),
+                *reinterpret_cast<const uint4*>(
+                    &staged_row[kRow ? r : 0][16 * (i % 2)]));
+          }
+        } else if (i >= 64 && i < 64 + kStripCols / 16) {
+          StoreStreaming16(
+              p.col_scale + t.scale_row * p.width + strip_col0 + 16 * (i - 64),
+              *reinterpret_cast<const uint4*>(
+                  &staged_col[16 * (i - 64)]));
+        }
+      }
       float f[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; e += 4) {
@@ -383,8 +441,10 @@ Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
     return ok;
   }();
   (void)carveout_set;
+  const int64_t strip_tiles = kStripCols / (32 * In::kVec);
   TileKernel<In, kFormat, kRow, kCol>
-      <<<GridFor(p.tiles), kThreads, 0, stream>>>(p);
+      <<<GridFor(p.strips ? p.tiles / strip_tiles : p.tiles), kThreads, 0,
+         stream>>>(p);
   return Check("launching TileKernel");
 }
 
@@ -484,6 +544,8 @@ Mxfp8LaunchStatus Run(const Mxfp8QuantizeProblem& problem,
   p.w_tiles = static_cast<uint32_t>(std::min<int64_t>(w_tiles, 0x7FFFFFFF));
   p.wide = width % 16 == 0 && Aligned(buffers.col, 16) &&
            (!row_in_tile || Aligned(buffers.row, 16));
+  p.strips = width % kStripCols == 0 && Aligned(buffers.col_scale, 16) &&
+             (!row_in_tile || Aligned(buffers.row_scale, 16));
   if (row_in_tile) return LaunchTile<In, kFormat, true, true>(p, stream);
   Mxfp8LaunchStatus status = LaunchTile<In, kFormat, false, true>(p, stream);
   if (status.ok && problem.rowwise) {
