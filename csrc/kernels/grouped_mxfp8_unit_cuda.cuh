@@ -209,13 +209,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         __syncwarp();
       };
 
-      uint32_t ck[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        ck[j] = mxfp8::KeyWordMax<In, kRowsPerThread>(&w[0][j], 4);
-      }
       *reinterpret_cast<uint4*>(&part[warp][lane * 4]) =
-          make_uint4(ck[0], ck[1], ck[2], ck[3]);
+          mxfp8::ColumnKeyWords<In, kRowsPerThread>(w);
 
       if constexpr (kRow) {
 #pragma unroll
@@ -279,15 +274,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
       __syncthreads();  // the factors are in
       float f[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; e += 4) {
-        const float4 four =
-            *reinterpret_cast<const float4*>(&factors[lane * kVec + e]);
-        f[e] = four.x;
-        f[e + 1] = four.y;
-        f[e + 2] = four.z;
-        f[e + 3] = four.w;
-      }
+      mxfp8::LoadColumnFactors<kVec>(&factors[lane * kVec], f);
 #pragma unroll
       for (int u = 0; u < kRowsPerThread; ++u) {
         uint32_t q[kOutWords];

@@ -245,13 +245,8 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
 
     if constexpr (kCol) {
       // This thread's part of the column maxima (NaNs dropped).
-      uint32_t ck[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        ck[j] = KeyWordMax<In, kRowsPerThread>(&w[0][j], 4);
-      }
       *reinterpret_cast<uint4*>(&part[warp][lane * 4]) =
-          make_uint4(ck[0], ck[1], ck[2], ck[3]);
+          mxfp8::ColumnKeyWords<In, kRowsPerThread>(w);
     }
 
     if constexpr (kRow) {
@@ -324,15 +319,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
         }
       }
       float f[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; e += 4) {
-        const float4 four =
-            *reinterpret_cast<const float4*>(&factors[lane * kVec + e]);
-        f[e] = four.x;
-        f[e + 1] = four.y;
-        f[e + 2] = four.z;
-        f[e + 3] = four.w;
-      }
+      mxfp8::LoadColumnFactors<kVec>(&factors[lane * kVec], f);
 #pragma unroll
       for (int u = 0; u < kRowsPerThread; ++u) {
         uint32_t q[kOutWords];

@@ -203,6 +203,35 @@ __device__ __forceinline__ uint8_t QuantizeBlockScalar(
   return e;
 }
 
+// The colwise tile kernels (dense TileKernel, grouped UnitTileKernel): a
+// thread holds one 16-byte vector of kRows rows of a 32-row block.
+
+// The thread's per-key maxima over its kRows vectors, word j of the vector
+// in component j: its part of the column maxima, for the CTA's reduction
+// through shared memory.
+template <typename In, int kRows>
+__device__ __forceinline__ uint4 ColumnKeyWords(const uint32_t (&w)[kRows][4]) {
+  uint32_t ck[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) ck[j] = KeyWordMax<In, kRows>(&w[0][j], 4);
+  return make_uint4(ck[0], ck[1], ck[2], ck[3]);
+}
+
+// The kVec column factors of a lane's columns (shared memory, 16-byte
+// aligned), by 16-byte loads.
+template <int kVec>
+__device__ __forceinline__ void LoadColumnFactors(const float* factors,
+                                                  float (&f)[kVec]) {
+#pragma unroll
+  for (int e = 0; e < kVec; e += 4) {
+    const float4 four = *reinterpret_cast<const float4*>(factors + e);
+    f[e] = four.x;
+    f[e + 1] = four.y;
+    f[e + 2] = four.z;
+    f[e + 3] = four.w;
+  }
+}
+
 }  // namespace eqx_quant::cuda::mxfp8
 
 #endif  // EQX_QUANT_CSRC_KERNELS_MXFP8_QUANTIZE_CUDA_DEVICE_CUH_
