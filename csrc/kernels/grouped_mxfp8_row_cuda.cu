@@ -24,6 +24,7 @@ using grouped_dev::Aligned;
 using grouped_dev::CheckLaunch;
 using grouped_dev::kThreads;
 using grouped_dev::RowSpec;
+using grouped_dev::WholeTileUnits;
 using mxfp8::Bf16In;
 using mxfp8::F16In;
 using mxfp8::F32In;
@@ -49,9 +50,6 @@ GroupedLaunchStatus TryMxfp8RowOctet(
     const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
     bool* taken) {
   using grouped_row::kOctets;
-  using grouped_row::kTileBytes;
-  using grouped_row::kTileCols;
-  using grouped_row::kUnitRows;
   const GroupedView& v = problem.view;
   *taken = false;
   const int vec = v.input_type == InputType::kF32 ? 4 : 8;
@@ -63,14 +61,9 @@ GroupedLaunchStatus TryMxfp8RowOctet(
   }
   const int64_t chunks =
       grouped::CeilDiv(v.cols, int64_t{grouped_row::kLoads} * 32 * vec);
-  const int64_t tiles_per_row = grouped::CeilDiv(v.cols, int64_t{kTileCols});
-  const int64_t worst_units =
-      grouped::WorstCaseUnits(v.rows, v.groups, int64_t{kUnitRows});
-  // Tail units reach ceil(R / 128), which exceeds W only when G == 0.
-  const int64_t units =
-      std::max(worst_units, grouped::CeilDiv(v.rows, int64_t{kUnitRows}));
-  if (units * kOctets * chunks > int64_t{0x7FFFFFFF} ||
-      problem.row_scale_bytes != worst_units * tiles_per_row * kTileBytes) {
+  const WholeTileUnits units = WholeTileUnits::Of(v);
+  if (units.grid * kOctets * chunks > int64_t{0x7FFFFFFF} ||
+      problem.row_scale_bytes != units.ScaleBytes()) {
     return GroupedLaunchStatus{};
   }
   *taken = true;
@@ -84,9 +77,9 @@ GroupedLaunchStatus TryMxfp8RowOctet(
   p.groups = v.groups;
   p.row_scale_bytes = problem.row_scale_bytes;
   p.chunks = static_cast<uint32_t>(chunks);
-  p.tiles_per_row = static_cast<uint32_t>(tiles_per_row);
-  p.worst_units = static_cast<uint32_t>(worst_units);
-  const dim3 grid(static_cast<unsigned>(units * kOctets * chunks),
+  p.tiles_per_row = static_cast<uint32_t>(units.tiles_per_row);
+  p.worst_units = static_cast<uint32_t>(units.worst);
+  const dim3 grid(static_cast<unsigned>(units.grid * kOctets * chunks),
                   static_cast<unsigned>(v.batch));
   const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
   switch (v.input_type) {

@@ -24,6 +24,7 @@ using grouped_dev::Aligned;
 using grouped_dev::CheckLaunch;
 using grouped_dev::kThreads;
 using grouped_dev::RowSpec;
+using grouped_dev::WholeTileUnits;
 using mxfp8::Bf16In;
 using mxfp8::F16In;
 using mxfp8::F32In;
@@ -58,8 +59,6 @@ GroupedLaunchStatus TryMxfp8UnitTile(
     const GroupedMxfp8QuantizeProblem& problem,
     const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
     bool* taken) {
-  using grouped_unit::kTileBytes;
-  using grouped_unit::kTileCols;
   const GroupedView& v = problem.view;
   *taken = false;
   const bool rowwise = problem.rowwise;
@@ -71,15 +70,9 @@ GroupedLaunchStatus TryMxfp8UnitTile(
     return GroupedLaunchStatus{};
   }
   const int64_t col_ctas = grouped::CeilDiv(v.cols, int64_t{32} * vec);
-  const int64_t tiles_per_row = grouped::CeilDiv(v.cols, int64_t{kTileCols});
-  const int64_t worst_units = grouped::WorstCaseUnits(
-      v.rows, v.groups, int64_t{grouped_dev::kScaleUnitRows});
-  // Tail units reach ceil(R / 128), which exceeds W only when G == 0.
-  const int64_t units = std::max(
-      worst_units,
-      grouped::CeilDiv(v.rows, int64_t{grouped_dev::kScaleUnitRows}));
-  const int64_t scale_bytes = worst_units * tiles_per_row * kTileBytes;
-  if (units * col_ctas > int64_t{0x7FFFFFFF} ||
+  const WholeTileUnits units = WholeTileUnits::Of(v);
+  const int64_t scale_bytes = units.ScaleBytes();
+  if (units.grid * col_ctas > int64_t{0x7FFFFFFF} ||
       problem.col_scale_bytes != scale_bytes ||
       (rowwise && problem.row_scale_bytes != scale_bytes)) {
     return GroupedLaunchStatus{};
@@ -97,11 +90,11 @@ GroupedLaunchStatus TryMxfp8UnitTile(
   p.groups = v.groups;
   p.scale_bytes = scale_bytes;
   p.col_ctas = static_cast<uint32_t>(col_ctas);
-  p.tiles_per_row = static_cast<uint32_t>(tiles_per_row);
-  p.worst_units = static_cast<uint32_t>(worst_units);
+  p.tiles_per_row = static_cast<uint32_t>(units.tiles_per_row);
+  p.worst_units = static_cast<uint32_t>(units.worst);
   p.wide = v.cols % 16 == 0 && Aligned(buffers.col, 16) &&
            (!rowwise || Aligned(buffers.row, 16));
-  const dim3 grid(static_cast<unsigned>(units * col_ctas),
+  const dim3 grid(static_cast<unsigned>(units.grid * col_ctas),
                   static_cast<unsigned>(v.batch));
   const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
   switch (v.input_type) {

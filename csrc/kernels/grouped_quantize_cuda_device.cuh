@@ -287,6 +287,27 @@ __device__ __forceinline__ void ZeroRows(uint8_t* out, int64_t cols,
 // ---------------------------------------------------------------------------
 // Host side.
 
+// The units of the whole-tile MXFP8 kernels (RowOctetKernel,
+// UnitTileKernel): W = WorstCaseUnits(R, G, 128), the units of a scale buffer
+// of tiles_per_row = ceil(N / 128) tiles each (W * tiles_per_row * 512
+// bytes), and the units their grid covers, max(W, ceil(R / 128)) (tail units
+// reach ceil(R / 128), which exceeds W only when G == 0).
+struct WholeTileUnits {
+  int64_t worst;
+  int64_t grid;
+  int64_t tiles_per_row;
+
+  static WholeTileUnits Of(const GroupedView& v) {
+    const int64_t worst =
+        grouped::WorstCaseUnits(v.rows, v.groups, int64_t{kScaleUnitRows});
+    return WholeTileUnits{
+        worst,
+        std::max(worst, grouped::CeilDiv(v.rows, int64_t{kScaleUnitRows})),
+        grouped::CeilDiv(v.cols, int64_t{128})};
+  }
+  int64_t ScaleBytes() const { return worst * tiles_per_row * 512; }
+};
+
 // Whether `ptr` is a multiple of `bytes` (a power of two).
 inline bool Aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;

@@ -204,14 +204,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     const int64_t my_col = t.col0 + lane * kVec;
     const int in_strip = static_cast<int>(index % kStripTiles);  // if strips
     uint32_t w[kRowsPerThread][4];
-#pragma unroll
-    for (int u = 0; u < kRowsPerThread; ++u) {
-      const uint4 v = *reinterpret_cast<const uint4*>(buf[cur][warp][u][lane]);
-      w[u][0] = v.x;
-      w[u][1] = v.y;
-      w[u][2] = v.z;
-      w[u][3] = v.w;
-    }
+    mxfp8::ReadSlotVectors(buf[cur][warp], lane, w);
     __syncwarp();  // the warp's slots are read: they become its stage
     uint8_t* const stage = reinterpret_cast<uint8_t*>(buf[cur][warp]);
 

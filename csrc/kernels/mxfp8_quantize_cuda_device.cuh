@@ -206,6 +206,21 @@ __device__ __forceinline__ uint8_t QuantizeBlockScalar(
 // The colwise tile kernels (dense TileKernel, grouped UnitTileKernel): a
 // thread holds one 16-byte vector of kRows rows of a 32-row block.
 
+// The thread's kRows vectors from its warp's slots in shared memory
+// ([row u][lane][4 words]).
+template <int kRows>
+__device__ __forceinline__ void ReadSlotVectors(
+    const uint32_t (&slots)[kRows][32][4], int lane, uint32_t (&w)[kRows][4]) {
+#pragma unroll
+  for (int u = 0; u < kRows; ++u) {
+    const uint4 v = *reinterpret_cast<const uint4*>(slots[u][lane]);
+    w[u][0] = v.x;
+    w[u][1] = v.y;
+    w[u][2] = v.z;
+    w[u][3] = v.w;
+  }
+}
+
 // The thread's per-key maxima over its kRows vectors, word j of the vector
 // in component j: its part of the column maxima, for the CTA's reduction
 // through shared memory.
