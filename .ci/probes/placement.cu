@@ -29,9 +29,12 @@
 
 namespace {
 
+using probe::Cast8;
 using probe::Check;
 using probe::Fill;
+using probe::LoadNoL1;
 using probe::MedianMicroseconds;
+using probe::StoreStreaming8;
 
 constexpr int kLaunches = 40;
 constexpr int kBatches = 7;
@@ -39,38 +42,6 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 constexpr int kRotation = 4;
 constexpr int64_t kRotationStride = int64_t{400} << 20;  // bytes between copies
-
-__device__ __forceinline__ uint4 Load(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void Store8(uint2* p, uint2 v) {
-  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
-}
-
-__device__ __forceinline__ uint32_t CastPair(float a, float b) {
-  uint16_t q;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(b), "f"(a));
-  return q;
-}
-
-__device__ __forceinline__ uint2 Cast8(uint4 raw, float scale) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t out[2];
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const float a = __uint_as_float(w[2 * k] << 16) * scale;
-    const float b = __uint_as_float(w[2 * k] & 0xFFFF0000u) * scale;
-    const float c = __uint_as_float(w[2 * k + 1] << 16) * scale;
-    const float d = __uint_as_float(w[2 * k + 1] & 0xFFFF0000u) * scale;
-    out[k] = CastPair(a, b) | (CastPair(c, d) << 16);
-  }
-  return make_uint2(out[0], out[1]);
-}
 
 // One chunk of kThreads x kUnroll vectors per CTA. kOrder 0: CTA i takes
 // chunk i; 1: (i % 64) * (chunks / 64) + i / 64 (chunks % 64 == 0 below);
@@ -86,9 +57,9 @@ __global__ void __launch_bounds__(kThreads, 8)
   const int64_t base = chunk * kThreads * kUnroll + threadIdx.x;
   uint4 raw[kUnroll];
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) raw[u] = Load(x + base + u * kThreads);
+  for (int u = 0; u < kUnroll; ++u) raw[u] = LoadNoL1(x + base + u * kThreads);
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) Store8(y + base + u * kThreads, Cast8(raw[u], scale));
+  for (int u = 0; u < kUnroll; ++u) StoreStreaming8(y + base + u * kThreads, Cast8(raw[u], scale));
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Shared by the standalone probes (not part of the library; each probe is one
 // translation unit, so the kernel below is defined once per program): error
 // checks, the median time per launch of a body of back-to-back launches with
-// CUDA events (8 warm-up calls, then kBatches batches of kLaunches calls), and
-// a bf16 test input.
+// CUDA events (8 warm-up calls, then kBatches batches of kLaunches calls), the
+// D2D copy they are compared with, a bf16 test input, and the bf16 -> e4m3
+// cast of 8 values with the loads and stores the library's kernels use.
 
 #ifndef EQX_QUANT_CI_PROBES_PROBE_COMMON_H_
 #define EQX_QUANT_CI_PROBES_PROBE_COMMON_H_
@@ -47,6 +48,60 @@ double MedianMicroseconds(Body body, cudaStream_t stream) {
   Check(cudaEventDestroy(start), "event");
   Check(cudaEventDestroy(stop), "event");
   return us[kBatches / 2];
+}
+
+// cudaMemcpyAsync device to device of `bytes`, copy i from src[(i + 1) % n]
+// to dst[i % n]: median microseconds per copy.
+template <int kLaunches, int kBatches, typename T>
+double CopyMicroseconds(const std::vector<T*>& src, const std::vector<T*>& dst,
+                        int64_t bytes, cudaStream_t stream) {
+  return MedianMicroseconds<kLaunches, kBatches>(
+      [&](int i) {
+        Check(cudaMemcpyAsync(dst[i % dst.size()], src[(i + 1) % src.size()],
+                              bytes, cudaMemcpyDeviceToDevice, stream),
+              "memcpy");
+      },
+      stream);
+}
+
+// 16 bytes, not allocated in L1 (the library's loads).
+__device__ __forceinline__ uint4 LoadNoL1(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// 8 / 16 bytes with streaming stores (st.global.cs, the library's stores).
+__device__ __forceinline__ void StoreStreaming8(uint2* p, uint2 v) {
+  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
+}
+
+__device__ __forceinline__ void StoreStreaming16(uint4* p, uint4 v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
+               "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+__device__ __forceinline__ uint32_t CastPair(float a, float b) {
+  uint16_t q;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(b), "f"(a));
+  return q;
+}
+
+// 8 bf16 values x scale -> 8 e4m3 codes (two words).
+__device__ __forceinline__ uint2 Cast8(uint4 raw, float scale) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const float a = __fmul_rn(__uint_as_float(w[2 * k] << 16), scale);
+    const float b = __fmul_rn(__uint_as_float(w[2 * k] & 0xFFFF0000u), scale);
+    const float c = __fmul_rn(__uint_as_float(w[2 * k + 1] << 16), scale);
+    const float d = __fmul_rn(__uint_as_float(w[2 * k + 1] & 0xFFFF0000u), scale);
+    out[k] = CastPair(a, b) | (CastPair(c, d) << 16);
+  }
+  return make_uint2(out[0], out[1]);
 }
 
 // Random bf16 pairs in [-4, 4) (exponents 125..129), 8 per vector.

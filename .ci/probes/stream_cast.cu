@@ -76,11 +76,7 @@ __device__ __forceinline__ void Store16(uint4* p, uint4 v) {
   }
 }
 
-__device__ __forceinline__ uint32_t CastPair(float a, float b) {
-  uint16_t q;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(b), "f"(a));
-  return q;
-}
+using probe::CastPair;
 
 // 8 bf16 values -> 8 e4m3 codes (two words), amax updated.
 __device__ __forceinline__ uint2 Cast8(uint4 raw, float scale, float& amax) {
@@ -265,13 +261,8 @@ int main(int argc, char** argv) {
     Check(cudaStreamSynchronize(stream), "fill");
     const double cast_bytes = 3.0 * elements;   // 2 read + 1 written
     const double copy_bytes = 4.0 * elements;   // bf16 read + written
-    const double copy_us = MedianMicroseconds<kLaunches, kBatches>(
-        [&](int i) {
-          Check(cudaMemcpyAsync(copy[i % out_buffers], x[(i + 1) % kBuffers], vectors * 16,
-                                cudaMemcpyDeviceToDevice, stream),
-                "memcpy");
-        },
-        stream);
+    const double copy_us =
+        probe::CopyMicroseconds<kLaunches, kBatches>(x, copy, vectors * 16, stream);
     const double copy_gbps = copy_bytes / copy_us * 1e-3;
     std::printf("\n%lld x %lld bf16 (%d SMs), outputs rotated over %d buffers\n",
                 static_cast<long long>(side), static_cast<long long>(side), sms,

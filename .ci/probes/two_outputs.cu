@@ -21,55 +21,19 @@
 
 namespace {
 
+using probe::Cast8;
 using probe::Check;
+using probe::CopyMicroseconds;
 using probe::Fill;
+using probe::LoadNoL1;
 using probe::MedianMicroseconds;
+using probe::StoreStreaming16;
+using probe::StoreStreaming8;
 
 constexpr int kBuffers = 4;
 constexpr int kLaunches = 40;
 constexpr int kBatches = 7;
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ uint4 Load(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void Store8(uint2* p, uint2 v) {
-  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
-}
-
-__device__ __forceinline__ void Store16(uint4* p, uint4 v) {
-  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
-               "r"(v.y), "r"(v.z), "r"(v.w));
-}
-
-__device__ __forceinline__ uint32_t CastPair(float a, float b) {
-  uint16_t q;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(b), "f"(a));
-  return q;
-}
-
-// 8 bf16 values x scale -> 8 e4m3 codes (two words).
-__device__ __forceinline__ uint2 Cast8(uint4 raw, float scale) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t out[2];
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    float v[4];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      v[2 * j] = __uint_as_float(w[2 * k + j] << 16);
-      v[2 * j + 1] = __uint_as_float(w[2 * k + j] & 0xFFFF0000u);
-    }
-    out[k] = CastPair(__fmul_rn(v[0], scale), __fmul_rn(v[1], scale)) |
-             (CastPair(__fmul_rn(v[2], scale), __fmul_rn(v[3], scale)) << 16);
-  }
-  return make_uint2(out[0], out[1]);
-}
 
 struct Args {
   const uint4* x;  // 8 bf16 per vector
@@ -90,16 +54,16 @@ __global__ void __launch_bounds__(kThreads) Cast(const Args a) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
-    if (i < a.vectors) raw[u] = Load(a.x + i);
+    if (i < a.vectors) raw[u] = LoadNoL1(a.x + i);
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
     if (i < a.vectors) {
-      Store8(a.y + i, Cast8(raw[u], 3.5f));
+      StoreStreaming8(a.y + i, Cast8(raw[u], 3.5f));
       if constexpr (kOutputs == 2) {
         const int64_t j = kSecondFar ? a.vectors - 1 - i : i;
-        Store8(a.z + j, Cast8(raw[u], 0.75f));
+        StoreStreaming8(a.z + j, Cast8(raw[u], 0.75f));
       }
     }
   }
@@ -115,8 +79,8 @@ __global__ void __launch_bounds__(kThreads) Wide(const Args a) {
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
     if (i < pairs) {
-      raw[u][0] = Load(a.x + 2 * i);
-      raw[u][1] = Load(a.x + 2 * i + 1);
+      raw[u][0] = LoadNoL1(a.x + 2 * i);
+      raw[u][1] = LoadNoL1(a.x + 2 * i + 1);
     }
   }
 #pragma unroll
@@ -125,11 +89,11 @@ __global__ void __launch_bounds__(kThreads) Wide(const Args a) {
     if (i < pairs) {
       const uint2 lo = Cast8(raw[u][0], 3.5f);
       const uint2 hi = Cast8(raw[u][1], 3.5f);
-      Store16(reinterpret_cast<uint4*>(a.y) + i, make_uint4(lo.x, lo.y, hi.x, hi.y));
+      StoreStreaming16(reinterpret_cast<uint4*>(a.y) + i, make_uint4(lo.x, lo.y, hi.x, hi.y));
       if constexpr (kOutputs == 2) {
         const uint2 lo2 = Cast8(raw[u][0], 0.75f);
         const uint2 hi2 = Cast8(raw[u][1], 0.75f);
-        Store16(reinterpret_cast<uint4*>(a.z) + i, make_uint4(lo2.x, lo2.y, hi2.x, hi2.y));
+        StoreStreaming16(reinterpret_cast<uint4*>(a.z) + i, make_uint4(lo2.x, lo2.y, hi2.x, hi2.y));
       }
     }
   }
@@ -175,13 +139,8 @@ int main() {
     }
     Check(cudaStreamSynchronize(stream), "fill");
     const double copy_bytes = 4.0 * elements;  // bf16 read + written
-    const double copy_us = MedianMicroseconds<kLaunches, kBatches>(
-        [&](int i) {
-          Check(cudaMemcpyAsync(copy[i % kBuffers], x[(i + 1) % kBuffers], vectors * 16,
-                                cudaMemcpyDeviceToDevice, stream),
-                "memcpy");
-        },
-        stream);
+    const double copy_us =
+        CopyMicroseconds<kLaunches, kBatches>(x, copy, vectors * 16, stream);
     const double copy_gbps = copy_bytes / copy_us * 1e-3;
     std::printf("%lld x %lld bf16 (%d SMs), inputs and outputs rotated over %d buffers\n",
                 static_cast<long long>(side), static_cast<long long>(side), sms, kBuffers);
