@@ -13,13 +13,13 @@ import jax
 import jax.numpy as jnp
 
 import eqx_quant as eqq
-from eqx_quant import bench
+from eqx_quant import _bench_timing, bench
 
 SHAPE = (8192, 8192)
 
 
 def main():
-    events, why = bench.cuda_events()
+    events, why = _bench_timing.cuda_events()
     if events is None:
         raise SystemExit(f"needs the CUDA-event timer: {why}")
     scale = jnp.asarray([bench.FP8_MAX / 12.0], jnp.float32)
@@ -33,8 +33,8 @@ def main():
     xs = bench._inputs(*SHAPE, seed=1)
     extra = bench._inputs(*SHAPE, seed=2)[:3]
     for name, op in ops.items():
-        one = bench._time_events(events, op, xs, (scale,), 5)["seconds"]
-        four = bench._time_events(
+        one = _bench_timing.time_events(events, op, xs, (scale,), 5)["seconds"]
+        four = _bench_timing.time_events(
             events, lambda x, s, a, b, c, op=op: [op(v, s) for v in (x, a, b, c)],
             xs, (scale, *extra), 5,
         )["seconds"]
@@ -52,7 +52,7 @@ def main():
     }
     for data_name, inputs in data.items():
         for name in ("mxfp8_row", "delayed_row", "negate (XLA)"):
-            seconds = bench._time_events(events, ops[name], inputs, (scale,), 5)["seconds"]
+            seconds = _bench_timing.time_events(events, ops[name], inputs, (scale,), 5)["seconds"]
             print(f"{data_name:16s} {name:14s} {seconds * 1e6:8.2f} us")
 
 
