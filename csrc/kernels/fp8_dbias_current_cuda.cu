@@ -9,23 +9,27 @@
 // pairwise tree over its rows.
 //
 // One block of kThreads (32 warps) per SM. A sub-tile is 128 rows x one slab
-// of 32 16-byte vectors per row (256 bf16 / f16 or 128 f32 columns, 64 KiB):
-// warp w reads rows 4w..4w+3 (a thread one vector per row, so each warp's
-// copies cover 512 contiguous bytes per row), and a thread's 4 rows are the
-// perfect subtree of its columns' 4 leaves. A work item is max(L, 128) rows x
-// one slab (the node's 1 + (L - 1) / 128 sub-tiles in row order); items are
-// dealt round robin, block b taking items b, b + grid, ... (neighbouring
-// slabs stream together).
+// of 32 16-byte vectors per row (256 bf16 / f16 or 128 f32 columns, 64 KiB).
+// A work item is max(L, 128) rows x one slab (the node's 1 + (L - 1) / 128
+// sub-tiles in row order); items are dealt round robin, block b taking items
+// b, b + grid, ... (neighbouring slabs stream together).
 //   Phase 1 copies the block's sub-tiles in order into a ring of kStages (3)
-//   shared-memory stages with cp.async, kStages sub-tiles in flight (each
-//   thread copies and reads only its own slots, so the stages need no
-//   barrier): the amax, each thread's 4-row sums into shared memory, one
-//   __syncthreads, then one thread per column sums the 32 warp sums as the
-//   perfect tree (for L < 128, the 32 / (L / 4) nodes of the sub-tile; for
-//   L >= 128 the sub-tile's sum, merged into the node's with a binary counter
-//   of pending sums per column in that thread's registers). Node sums are
-//   written to dbias (NaN canonical). One atomicMax per block, then a
-//   grid-wide sync.
+//   shared-memory stages with cp.async (warp w rows 4w .. 4w + 3, a warp
+//   instruction 512 contiguous bytes of a row), kStages - 1 sub-tiles in
+//   flight while one is summed. The sums read the stage in another order:
+//   warp w takes 4 vectors in one 32-row quarter, its 8 lanes per vector the
+//   quarter's 8 row groups of 4 rows. A thread's 4 rows are the perfect
+//   subtree of its columns' 4 leaves, the quarter's 8 row groups 3 shuffle
+//   levels (nodes of L <= 32 rows are stored at their level); for L >= 64
+//   the quarters' 32-row sums go to shared memory (two buffers, alternating
+//   per sub-tile) and after the next barrier one thread per column adds the
+//   4 quarters (2 nodes of 64 rows, or the sub-tile's sum; for L >= 256
+//   merged into the node's with a binary counter of pending sums per column
+//   in that thread's registers). One barrier per sub-tile (the first
+//   version, each thread summing its own copies, a column's 32 warp sums
+//   added by one thread between two barriers, took 4.5-5.7 us longer at
+//   8192^2 and 16384x4096 bf16). Node sums are written to dbias (NaN canonical). One
+//   atomicMax per block, then a grid-wide sync.
 //   Phase 2: node 0 of the split := the perfect tree over its nodes (split
 //   <= 64: 8 lanes per column, each the perfect tree of split / 8 nodes, then
 //   3 shuffles), the scale from the finished amax (block 0 writes
@@ -60,12 +64,13 @@ constexpr int kSubRows = kWarps * kRowsPerThread;  // 128
 constexpr int kSlabVectors = 32;                   // 16-byte vectors per row
 constexpr int kSubVectors = kThreads * kRowsPerThread;
 constexpr int64_t kSubBytes = int64_t{kSubVectors} * 16;  // 64 KiB
-// Sub-tiles in flight per block in phase 1 (cp.async into a ring of shared
-// memory stages); the ring keeps the block's last kStages sub-tiles for
-// phase 2.
+// Shared-memory stages of phase 1's cp.async ring (kStages - 1 sub-tiles in
+// flight while one is summed); the ring keeps the block's last kStages
+// sub-tiles for phase 2.
 constexpr int kStages = 3;
 constexpr int kMaxLevels = 8;  // binary counter levels: L <= 128 * 2^8
 constexpr int kFinishLanes = 8;  // lanes per column finishing node 0
+constexpr int kQuarters = kSubRows / 32;  // 32-row quarters of a sub-tile
 
 struct DbiasCastParams {
   const void* x;
@@ -79,7 +84,7 @@ struct DbiasCastParams {
   int64_t slabs;        // ceil(row_vectors / kSlabVectors)
   int64_t items;        // rows / max(L, 128) * slabs
   int64_t split;        // dbias nodes (a power of two <= 64)
-  int node_warps;       // L / 4 if L < 128, else 32 (a sub-tile's sum)
+  int node_groups;      // 4-row groups per node: L / 4 if L < 128, else 32
   int node_subs_log2;   // log2 of a node's sub-tiles (0 if L <= 128)
   int64_t l2_tiles;     // a block's last sub-tiles read with L2 evict_last
   bool hints;           // L2 eviction priorities (else evict_normal)
@@ -107,22 +112,55 @@ __device__ __forceinline__ SubTile Locate(const DbiasCastParams& p,
                  slab * kSlabVectors, part};
 }
 
-// This thread's vector column of the sub-tile is inside the rows.
+// Two places of a thread in a sub-tile.
+// Copies (x -> stage, phase 2's loads and FP8 stores): warp w moves rows
+// 4w .. 4w + 3, lane l vector l of the slab (a warp instruction: 512
+// contiguous bytes of one row).
+// Sums (phase 1, reading the stage): warp w takes the 4 vectors 4 (w % 8) ..
+// of the slab in rows 32 (w / 8) .. + 31 (its quarter of the 128 rows), lane
+// l the vector 4 (w % 8) + l / 8 in row group 8 (w / 8) + l % 8 (rows 4 x
+// that .. + 3): the 8 row groups of a vector in a quarter are 8 neighbouring
+// lanes, whose perfect tree is 3 shuffle levels.
+// (Copying in the sums' order, 8 rows x 64 bytes per warp instruction, made
+// the kernel twice as slow.)
+__device__ __forceinline__ int SumVector() {
+  return 4 * (static_cast<int>(threadIdx.x) / 32 % 8) +
+         static_cast<int>(threadIdx.x) % 32 / 8;
+}
+__device__ __forceinline__ int SumRowGroup() {
+  return 8 * (static_cast<int>(threadIdx.x) / 256) +
+         static_cast<int>(threadIdx.x) % 8;
+}
+
+// Slot of (row group g, vector v, row r of the group) in a stage, in 16-byte
+// units: vectors XOR-swizzled by g % 8, so that the 8 lanes of a sum thread's
+// row groups read 8 distinct bank groups (and a copy warp's 32 vectors are a
+// permutation of one row's slots).
+__device__ __forceinline__ int StageSlot(int g, int v, int r) {
+  return r * kThreads + g * kSlabVectors + (v ^ (g % 8));
+}
+__device__ __forceinline__ int CopySlot(int r) {
+  return StageSlot(static_cast<int>(threadIdx.x) / 32,
+                   static_cast<int>(threadIdx.x) % 32, r);
+}
+
+// This copy thread's vector column of the sub-tile is inside the rows.
 __device__ __forceinline__ bool LiveColumn(const DbiasCastParams& p,
                                            const SubTile& t) {
   return t.vec0 + threadIdx.x % 32 < p.row_vectors;
 }
 
-// The index in x (in 16-byte vectors) of this thread's vector in the first of
-// its kRowsPerThread rows of sub-tile t; the others follow row_vectors apart.
+// The index in x (in 16-byte vectors) of this copy thread's vector in the
+// first of its kRowsPerThread rows of sub-tile t; the others follow
+// row_vectors apart.
 __device__ __forceinline__ int64_t FirstVector(const DbiasCastParams& p,
                                                const SubTile& t) {
   return (t.row0 + (threadIdx.x / 32) * kRowsPerThread) * p.row_vectors +
          t.vec0 + threadIdx.x % 32;
 }
 
-// cp.async of this thread's vectors of sub-tile t into `stage` (its slots
-// r * kThreads + threadIdx.x; zeros for a column past the rows' end).
+// cp.async of this copy thread's vectors of sub-tile t into `stage` (its
+// slots CopySlot(r); zeros for a column past the rows' end).
 __device__ __forceinline__ void CopySub(const DbiasCastParams& p,
                                         const SubTile& t, uint64_t policy,
                                         uint4* stage) {
@@ -132,7 +170,7 @@ __device__ __forceinline__ void CopySub(const DbiasCastParams& p,
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const uint4* src = live ? x + first + r * p.row_vectors : x;
-    AsyncCopy16(stage + r * kThreads + threadIdx.x, src, live, policy);
+    AsyncCopy16(stage + CopySlot(r), src, live, policy);
   }
 }
 
@@ -149,11 +187,11 @@ __device__ __forceinline__ void LoadSub(const DbiasCastParams& p,
   }
 }
 
-// Phase 1 for one sub-tile held in raw: the amax and this thread's column
-// sums over its 4 rows, stored in warp_sums[warp][column of the slab].
+// Phase 1 for one sub-tile held in raw: the amax and this thread's 4-row
+// sums (the perfect subtree of its row group) per column of its vector.
 template <typename In>
 __device__ __forceinline__ void SumRows(const uint4 (&raw)[kRowsPerThread],
-                                        float& amax, float* warp_sums) {
+                                        float& amax, float (&s)[In::kVec]) {
   constexpr int kVec = In::kVec;
   float v[kRowsPerThread][kVec];
 #pragma unroll
@@ -162,17 +200,9 @@ __device__ __forceinline__ void SumRows(const uint4 (&raw)[kRowsPerThread],
 #pragma unroll
     for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
   }
-  float s[kVec];
 #pragma unroll
   for (int e = 0; e < kVec; ++e) {
     s[e] = __fadd_rn(__fadd_rn(v[0][e], v[1][e]), __fadd_rn(v[2][e], v[3][e]));
-  }
-  float* dst = warp_sums + (threadIdx.x / 32) * (kSlabVectors * kVec) +
-               (threadIdx.x % 32) * kVec;
-#pragma unroll
-  for (int e = 0; e < kVec; e += 4) {
-    *reinterpret_cast<float4*>(dst + e) =
-        make_float4(s[e], s[e + 1], s[e + 2], s[e + 3]);
   }
 }
 
@@ -182,69 +212,91 @@ __device__ __forceinline__ void StoreNode(const DbiasCastParams& p,
   p.dbias[node * p.cols + col] = CanonicalNan(value);
 }
 
-// One thread per slab column c (< the slab's live columns): the node sums of
-// the sub-tile from the 32 warp sums (node_warps of them per node), or for
-// L >= 128 the sub-tile's sum merged into the node's binary counter (the
-// pending left siblings per level, in the registers of the column's thread:
-// the same thread takes column c of every sub-tile of its block).
+template <int kVec>
+__device__ __forceinline__ void StoreNodeVector(const DbiasCastParams& p,
+                                                int64_t node, int64_t col0,
+                                                const float (&s)[kVec]) {
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) StoreNode(p, node, col0 + e, s[e]);
+}
+
+// The perfect tree of the warp's 8 row groups of each vector (32 rows), in
+// 3 shuffle levels (1, 2, 4 lanes apart; an IEEE sum is commutative, so both
+// lanes of a pair hold the same bits). Nodes of 4..32 rows are stored at
+// their level by their first lane; for larger nodes lane l % 8 == 0 puts the
+// 32-row sums in quarters[quarter][slab column] (uniform branches: the node
+// size is the launch's).
+template <int kVec>
+__device__ __forceinline__ void WarpTree(const DbiasCastParams& p,
+                                         const SubTile& t, bool live,
+                                         float (&s)[kVec], float* quarters) {
+  const int groups = p.node_groups;
+  const int rg = static_cast<int>(threadIdx.x) % 8;
+  const int64_t group = t.row0 / kRowsPerThread + SumRowGroup();
+  const int64_t col0 = (t.vec0 + SumVector()) * kVec;
+  if (groups == 1) {
+    if (live) StoreNodeVector<kVec>(p, group, col0, s);
+    return;
+  }
+#pragma unroll
+  for (int d = 1; d <= 4; d *= 2) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      s[e] = __fadd_rn(s[e], __shfl_xor_sync(0xFFFFFFFFu, s[e], d));
+    }
+    if (groups == 2 * d) {
+      if (live && rg % (2 * d) == 0) {
+        StoreNodeVector<kVec>(p, group / (2 * d), col0, s);
+      }
+      return;
+    }
+  }
+  if (rg == 0) {
+    float* dst = quarters + (threadIdx.x / 256) * (kSlabVectors * kVec) +
+                 SumVector() * kVec;
+#pragma unroll
+    for (int e = 0; e < kVec; e += 4) {
+      *reinterpret_cast<float4*>(dst + e) =
+          make_float4(s[e], s[e + 1], s[e + 2], s[e + 3]);
+    }
+  }
+}
+
+// One thread per slab column c (< the slab's live columns), for nodes of 64
+// rows or more: the sub-tile's 4 quarter sums as its 2 nodes of 64 rows, or
+// its 128-row sum; for L >= 256 that sum is merged into the node's binary
+// counter (the pending left siblings per level, in the registers of the
+// column's thread: the same thread takes column c of every sub-tile of its
+// block).
 __device__ __forceinline__ void FinishSubTile(const DbiasCastParams& p,
                                               const SubTile& t, int64_t col,
-                                              const float* leaves,
-                                              int column_stride,
+                                              const float* quarters,
+                                              int quarter_stride,
                                               float (&pending)[kMaxLevels]) {
-  const int nw = p.node_warps;
-  const int64_t first_node = t.row0 / (int64_t{nw} * kRowsPerThread);
-  float chunk[kWarps / 8];
-#pragma unroll
-  for (int ch = 0; ch < kWarps / 8; ++ch) {
-    float v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = leaves[(8 * ch + i) * column_stride];
-    const int64_t node = first_node + ch * 8 / nw;
-    if (nw == 1) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) StoreNode(p, node + i, col, v[i]);
-      continue;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = __fadd_rn(v[2 * i], v[2 * i + 1]);
-    if (nw == 2) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) StoreNode(p, node + i, col, v[i]);
-      continue;
-    }
-    v[0] = __fadd_rn(v[0], v[1]);
-    v[1] = __fadd_rn(v[2], v[3]);
-    if (nw == 4) {
-      StoreNode(p, node, col, v[0]);
-      StoreNode(p, node + 1, col, v[1]);
-      continue;
-    }
-    chunk[ch] = __fadd_rn(v[0], v[1]);
-    if (nw == 8) StoreNode(p, node, col, chunk[ch]);
+  const float low = __fadd_rn(quarters[0], quarters[quarter_stride]);
+  const float high =
+      __fadd_rn(quarters[2 * quarter_stride], quarters[3 * quarter_stride]);
+  if (p.node_groups == 16) {
+    StoreNode(p, t.row0 / 64, col, low);
+    StoreNode(p, t.row0 / 64 + 1, col, high);
+    return;
   }
-  if (nw == 16) {
-    StoreNode(p, first_node, col, __fadd_rn(chunk[0], chunk[1]));
-    StoreNode(p, first_node + 1, col, __fadd_rn(chunk[2], chunk[3]));
-  } else if (nw == 32) {
-    float sum = __fadd_rn(__fadd_rn(chunk[0], chunk[1]),
-                          __fadd_rn(chunk[2], chunk[3]));
-    // Binary counter over the node's sub-tiles (a perfect tree: their count
-    // is a power of two): merge with the pending left siblings of the levels
-    // below the first 0 bit of `part`, lowest first. Unrolled with constant
-    // indices, so that `pending` stays in registers.
-    const int level = __ffs(~t.part) - 1;
+  float sum = __fadd_rn(low, high);
+  // Binary counter over the node's sub-tiles (a perfect tree: their count is
+  // a power of two): merge with the pending left siblings of the levels below
+  // the first 0 bit of `part`, lowest first. Unrolled with constant indices,
+  // so that `pending` stays in registers.
+  const int level = __ffs(~t.part) - 1;
+#pragma unroll
+  for (int l = 0; l < kMaxLevels; ++l) {
+    if (l < level) sum = __fadd_rn(pending[l], sum);
+  }
+  if (level == p.node_subs_log2) {
+    StoreNode(p, t.row0 / (int64_t{kSubRows} << p.node_subs_log2), col, sum);
+  } else {
 #pragma unroll
     for (int l = 0; l < kMaxLevels; ++l) {
-      if (l < level) sum = __fadd_rn(pending[l], sum);
-    }
-    if (level == p.node_subs_log2) {
-      StoreNode(p, t.row0 / (int64_t{kSubRows} << p.node_subs_log2), col, sum);
-    } else {
-#pragma unroll
-      for (int l = 0; l < kMaxLevels; ++l) {
-        if (l == level) pending[l] = sum;
-      }
+      if (l == level) pending[l] = sum;
     }
   }
 }
@@ -312,7 +364,7 @@ __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
     const uint4* stage = stages + (k % kStages) * kSubVectors;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
-      raw[r] = stage[r * kThreads + threadIdx.x];
+      raw[r] = stage[CopySlot(r)];
     }
   } else {
     LoadSub(p, t, policy, raw);
@@ -323,24 +375,23 @@ template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads, 1)
     DbiasCurrentCastKernel(const __grid_constant__ DbiasCastParams p) {
   constexpr int kSlabCols = kSlabVectors * In::kVec;
-  // Dynamic shared memory: the kStages sub-tile stages, then the warp sums
-  // (32 x slab columns).
+  // Dynamic shared memory: the kStages sub-tile stages, then the quarter
+  // sums of two sub-tiles (2 x 4 x slab columns).
   extern __shared__ __align__(16) uint4 smem[];
   __shared__ float warp_max[kWarps];
   uint4* stages = smem;
-  float* warp_sums = reinterpret_cast<float*>(smem + kStages * kSubVectors);
+  float* quarter_sums = reinterpret_cast<float*>(smem + kStages * kSubVectors);
   const int tid = threadIdx.x;
   const int64_t count =
       ((p.items - blockIdx.x + gridDim.x - 1) / gridDim.x) << p.node_subs_log2;
   auto sub = [&](int64_t k) { return Locate(p, k); };
   // L2: the sub-tiles that phase 2 re-reads first from x (those just before
   // the ring's last kStages) are kept over the others, and over the output.
-  const uint64_t keep_policy = L2Policy(p.hints, /*keep=*/true);
-  const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
+  // (The policies are made where used: createpolicy is one instruction, and
+  // two 64-bit values held through phase 1 made its 64 registers spill.)
   auto policy = [&](int64_t k) {
-    return k < count - kStages && k >= count - kStages - p.l2_tiles
-               ? keep_policy
-               : drop_policy;
+    return L2Policy(p.hints,
+                    k < count - kStages && k >= count - kStages - p.l2_tiles);
   };
   // Sub-tile k into its stage (an empty commit group past the end, so that
   // every iteration waits for the same count of groups).
@@ -349,31 +400,53 @@ __global__ void __launch_bounds__(kThreads, 1)
     AsyncCommit();
   };
 
-  // Phase 1: kStages sub-tiles in flight (each thread copies and reads only
-  // its own slots, so no barrier guards the stages).
+  // Phase 1: kStages - 1 sub-tiles in flight while one is summed. A thread
+  // sums other threads' copies, so one barrier per sub-tile k (after the
+  // thread's own copies of k have landed) makes stage k visible; it also
+  // orders the other shared data:
+  //   * stage (k - 1) % kStages was read before it, so it can take sub-tile
+  //     k + kStages - 1 right after (the ring's last kStages sub-tiles stay
+  //     for phase 2);
+  //   * the quarter sums of sub-tile k - 1 (written before it) are complete,
+  //     and the column threads add them after it; those of sub-tile k go to
+  //     the other of two buffers, whose readers (sub-tile k - 2) were done
+  //     before it.
   float amax = 0.0f;
   float pending[kMaxLevels];
 #pragma unroll
   for (int l = 0; l < kMaxLevels; ++l) pending[l] = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kStages; ++k) issue(k);
-  for (int64_t k = 0; k < count; ++k) {
+  const bool quartered = p.node_groups >= 16;
+  auto finish = [&](int64_t k) {
     const SubTile t = sub(k);
-    AsyncWaitGroup<kStages - 1>();  // sub-tile k has landed
-    uint4 raw[kRowsPerThread];
-    const uint4* stage = stages + (k % kStages) * kSubVectors;
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) raw[r] = stage[r * kThreads + tid];
-    SumRows<In>(raw, amax, warp_sums);
-    // raw is consumed: the stage may take sub-tile k + kStages (the ring's
-    // last kStages sub-tiles stay for phase 2).
-    issue(k + kStages);
-    __syncthreads();
     const int64_t col = t.vec0 * In::kVec + tid;
     if (tid < kSlabCols && col < p.cols) {
-      FinishSubTile(p, t, col, warp_sums + tid, kSlabCols, pending);
+      FinishSubTile(p, t, col,
+                    quarter_sums + (k % 2) * (kQuarters * kSlabCols) + tid,
+                    kSlabCols, pending);
     }
-    __syncthreads();  // the warp sums are read before the next sub-tile's
+  };
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) issue(k);
+  for (int64_t k = 0; k < count; ++k) {
+    const SubTile t = sub(k);
+    AsyncWaitGroup<kStages - 2>();  // this thread's copies of sub-tile k
+    __syncthreads();
+    if (quartered && k > 0) finish(k - 1);
+    issue(k + kStages - 1);
+    const uint4* stage = stages + (k % kStages) * kSubVectors;
+    uint4 raw[kRowsPerThread];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      raw[r] = stage[StageSlot(SumRowGroup(), SumVector(), r)];
+    }
+    float sums[In::kVec];
+    SumRows<In>(raw, amax, sums);
+    WarpTree<In::kVec>(p, t, t.vec0 + SumVector() < p.row_vectors, sums,
+                       quarter_sums + (k % 2) * (kQuarters * kSlabCols));
+  }
+  if (quartered && count > 0) {
+    __syncthreads();
+    finish(count - 1);
   }
   AsyncWaitGroup<0>();
   amax = BlockMax<kThreads>(amax, warp_max);
@@ -391,12 +464,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint4 a[kRowsPerThread];
     uint4 b[kRowsPerThread];
     const SubTile ta = sub(k);
-    FetchSub(p, stages, k, count, ta, drop_policy, a);
+    FetchSub(p, stages, k, count, ta, L2Policy(p.hints, false), a);
     const bool second = kPerStep == 2 && k >= 1;
     SubTile tb{};
     if (second) {
       tb = sub(k - 1);
-      FetchSub(p, stages, k - 1, count, tb, drop_policy, b);
+      FetchSub(p, stages, k - 1, count, tb, L2Policy(p.hints, false), b);
     }
     CastSub<In, kFormat>(p, ta, a, scale);
     if (second) CastSub<In, kFormat>(p, tb, b, scale);
@@ -434,7 +507,7 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
   p.row_vectors = problem.cols / In::kVec;
   p.slabs = (p.row_vectors + kSlabVectors - 1) / kSlabVectors;
   p.split = problem.dbias_split;
-  p.node_warps = static_cast<int>(std::min<int64_t>(node_rows, kSubRows) /
+  p.node_groups = static_cast<int>(std::min<int64_t>(node_rows, kSubRows) /
                                   kRowsPerThread);
   p.node_subs_log2 = Log2(std::max<int64_t>(node_rows / kSubRows, 1));
   p.items = ItemCount(problem, node_rows, p.row_vectors);
@@ -442,9 +515,9 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
   const int optin =
       DeviceAttribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(48 * 1024);
   const size_t shared_bytes =
-      static_cast<size_t>(kStages * kSubBytes + kWarps * kSlabCols * 4);
+      static_cast<size_t>(kStages * kSubBytes + 2 * kQuarters * kSlabCols * 4);
   if (static_cast<int64_t>(shared_bytes) + kWarps * 4 > optin) {
-    return Invalid("DbiasCurrentCastKernel needs 224 KiB of shared memory");
+    return Invalid("DbiasCurrentCastKernel needs 200 KiB of shared memory");
   }
   // At most one block per SM, all resident at once for the grid sync, and
   // none without a sub-tile.
