@@ -387,8 +387,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto sub = [&](int64_t k) { return Locate(p, k); };
   // L2: the sub-tiles that phase 2 re-reads first from x (those just before
   // the ring's last kStages) are kept over the others, and over the output.
-  // (The policies are made where used: createpolicy is one instruction, and
-  // two 64-bit values held through phase 1 made its 64 registers spill.)
+  // (Phase 1 makes its policies where used: createpolicy is one instruction,
+  // and two 64-bit values held through phase 1 made its 64 registers spill.)
   auto policy = [&](int64_t k) {
     return L2Policy(p.hints,
                     k < count - kStages && k >= count - kStages - p.l2_tiles);
@@ -416,12 +416,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int l = 0; l < kMaxLevels; ++l) pending[l] = 0.0f;
   const bool quartered = p.node_groups >= 16;
+  // Sub-tile k's buffer of quarter sums.
+  auto quarters = [&](int64_t k) {
+    return quarter_sums + (k % 2) * (kQuarters * kSlabCols);
+  };
   auto finish = [&](int64_t k) {
     const SubTile t = sub(k);
     const int64_t col = t.vec0 * In::kVec + tid;
     if (tid < kSlabCols && col < p.cols) {
       FinishSubTile(p, t, col,
-                    quarter_sums + (k % 2) * (kQuarters * kSlabCols) + tid,
+                    quarters(k) + tid,
                     kSlabCols, pending);
     }
   };
@@ -442,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sums[In::kVec];
     SumRows<In>(raw, amax, sums);
     WarpTree<In::kVec>(p, t, t.vec0 + SumVector() < p.row_vectors, sums,
-                       quarter_sums + (k % 2) * (kQuarters * kSlabCols));
+                       quarters(k));
   }
   if (quartered && count > 0) {
     __syncthreads();
@@ -460,16 +464,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int64_t kPerStep = In::kVec == 8 ? 2 : 1;
   const float scale = ScaleFromAmax(__ldcg(p.amax), *p.fallback, kFormat);
   if (blockIdx.x == 0 && tid == 0) *p.scale_inv = ScaleInverse(scale);
+  const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
   for (int64_t k = count - 1; k >= 0; k -= kPerStep) {
     uint4 a[kRowsPerThread];
     uint4 b[kRowsPerThread];
     const SubTile ta = sub(k);
-    FetchSub(p, stages, k, count, ta, L2Policy(p.hints, false), a);
+    FetchSub(p, stages, k, count, ta, drop_policy, a);
     const bool second = kPerStep == 2 && k >= 1;
     SubTile tb{};
     if (second) {
       tb = sub(k - 1);
-      FetchSub(p, stages, k - 1, count, tb, L2Policy(p.hints, false), b);
+      FetchSub(p, stages, k - 1, count, tb, drop_policy, b);
     }
     CastSub<In, kFormat>(p, ta, a, scale);
     if (second) CastSub<In, kFormat>(p, tb, b, scale);
