@@ -32,7 +32,7 @@ namespace {
 using probe::Cast8;
 using probe::Check;
 using probe::Fill;
-using probe::LoadNoL1;
+using probe::LoadStreaming;
 using probe::MedianMicroseconds;
 using probe::StoreStreaming8;
 
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 8)
   const int64_t base = chunk * kThreads * kUnroll + threadIdx.x;
   uint4 raw[kUnroll];
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) raw[u] = LoadNoL1(x + base + u * kThreads);
+  for (int u = 0; u < kUnroll; ++u) raw[u] = LoadStreaming(x + base + u * kThreads);
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) StoreStreaming8(y + base + u * kThreads, Cast8(raw[u], scale));
 }

@@ -3,7 +3,8 @@
 // checks, the median time per launch of a body of back-to-back launches with
 // CUDA events (8 warm-up calls, then kBatches batches of kLaunches calls), the
 // D2D copy they are compared with, a bf16 test input, and the bf16 -> e4m3
-// cast of 8 values with the loads and stores the library's kernels use.
+// cast of 8 values with the library's convert, loads and stores
+// (kernels/fp8_convert_cuda.cuh: probes are built with -I csrc).
 
 #ifndef EQX_QUANT_CI_PROBES_PROBE_COMMON_H_
 #define EQX_QUANT_CI_PROBES_PROBE_COMMON_H_
@@ -16,7 +17,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/fp8_convert_cuda.cuh"
+
 namespace probe {
+
+using eqx_quant::cuda::LoadStreaming;
+using eqx_quant::cuda::StoreStreaming16;
 
 inline void Check(cudaError_t error, const char* what) {
   if (error != cudaSuccess) {
@@ -64,29 +70,15 @@ double CopyMicroseconds(const std::vector<T*>& src, const std::vector<T*>& dst,
       stream);
 }
 
-// 16 bytes, not allocated in L1 (the library's loads).
-__device__ __forceinline__ uint4 LoadNoL1(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-// 8 / 16 bytes with streaming stores (st.global.cs, the library's stores).
+// 8 FP8 bytes with the library's streaming store.
 __device__ __forceinline__ void StoreStreaming8(uint2* p, uint2 v) {
-  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
+  const uint32_t q[2] = {v.x, v.y};
+  eqx_quant::cuda::StoreCastWords<2>(p, q);
 }
 
-__device__ __forceinline__ void StoreStreaming16(uint4* p, uint4 v) {
-  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
-               "r"(v.y), "r"(v.z), "r"(v.w));
-}
-
+// Two f32 -> two e4m3 bytes (a in the low byte), the library's convert.
 __device__ __forceinline__ uint32_t CastPair(float a, float b) {
-  uint16_t q;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(q) : "f"(b), "f"(a));
-  return q;
+  return eqx_quant::cuda::CvtPair<eqx_quant::Fp8Format::kE4M3Fn>(a, b);
 }
 
 // 8 bf16 values x scale -> 8 e4m3 codes (two words).

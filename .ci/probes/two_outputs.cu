@@ -25,7 +25,7 @@ using probe::Cast8;
 using probe::Check;
 using probe::CopyMicroseconds;
 using probe::Fill;
-using probe::LoadNoL1;
+using probe::LoadStreaming;
 using probe::MedianMicroseconds;
 using probe::StoreStreaming16;
 using probe::StoreStreaming8;
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) Cast(const Args a) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
-    if (i < a.vectors) raw[u] = LoadNoL1(a.x + i);
+    if (i < a.vectors) raw[u] = LoadStreaming(a.x + i);
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(kThreads) Wide(const Args a) {
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
     if (i < pairs) {
-      raw[u][0] = LoadNoL1(a.x + 2 * i);
-      raw[u][1] = LoadNoL1(a.x + 2 * i + 1);
+      raw[u][0] = LoadStreaming(a.x + 2 * i);
+      raw[u][1] = LoadStreaming(a.x + 2 * i + 1);
     }
   }
 #pragma unroll
