@@ -187,6 +187,15 @@ def test_dtypes(x_name, mode):
     _check(spread_random((48, 160), X_DTYPES[x_name], seed=6), -1, mode, TWO, seed=6)
 
 
+@pytest.mark.parametrize("x_name", ["bf16", "f16"])
+def test_row_half_whole_and_partial_steps(x_name):
+    """RowHalfKernel (16-bit, rowwise): 2113 x 2048 values are 529 steps of 1024 vectors, one
+    more than the kernel's wave of 4 CTAs per SM on an H200 (528), so CTA 0 takes a whole step
+    and then the example's partial last one (80 vectors)."""
+    x = spread_random((2113, 2048), X_DTYPES[x_name], seed=21)
+    _check(x, -1, "1d", (L.ROWWISE,), seed=21)
+
+
 @pytest.mark.parametrize("kind", ["bf16", "f16"])
 def test_all_16bit_patterns(kind):
     """All 65536 bit patterns (NaNs, infinities, subnormals, both zeros), in order (blocks of

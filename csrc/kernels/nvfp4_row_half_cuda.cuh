@@ -16,9 +16,15 @@
 // VIADDMNMX.S16x2 (E2M1MagnitudePair). A lane owns one 16-byte vector (8
 // values: a block is 2 adjacent lanes, its key one shuffle) and stores its 4
 // code bytes (a warp store: 128 contiguous bytes); 4 vectors per lane and
-// step, the loads of the next 3 steps in flight (a cp.async ring). A step
+// step, the loads of the next 2 steps in flight (a cp.async ring). A step
 // with a NaN anywhere in the warp takes the unpacked path (NaN-ignoring key,
 // the exact encoder) for all its vectors: the same bytes for NaN-free blocks.
+//
+// The loop control is 32-bit step counts and running pointers, and only the
+// example's last step (if partial) checks ranges: 448 instead of 542
+// instructions per step of 4 vectors (bf16); with that, 4 CTAs per SM (64
+// registers, a 3-stage ring of 48 KiB) beat 3 (80 registers, 4 stages): the
+// op 81.3 -> 79.4 us back to back at 8192^2 (docs/performance.md).
 
 #ifndef EQX_QUANT_CSRC_KERNELS_NVFP4_ROW_HALF_CUDA_CUH_
 #define EQX_QUANT_CSRC_KERNELS_NVFP4_ROW_HALF_CUDA_CUH_
@@ -38,10 +44,10 @@ namespace eqx_quant::cuda::nvfp4 {
 constexpr int kRowHalfThreads = 256;
 constexpr int kRowHalfUnroll = 4;  // 16-byte vectors per lane and step
 constexpr int kRowHalfStep = kRowHalfThreads * kRowHalfUnroll;
-constexpr int kRowHalfStages = 4;  // ring stages: 3 steps of loads in flight
-constexpr int kRowHalfBlocksPerSm = 3;
+constexpr int kRowHalfStages = 3;  // ring stages: 2 steps of loads in flight
+constexpr int kRowHalfBlocksPerSm = 4;  // 64 registers
 constexpr size_t kRowHalfRingBytes =
-    size_t{kRowHalfStages} * kRowHalfStep * sizeof(uint4);  // 64 KiB
+    size_t{kRowHalfStages} * kRowHalfStep * sizeof(uint4);  // 48 KiB
 
 struct RowHalfParams {
   const void* x;
@@ -50,50 +56,37 @@ struct RowHalfParams {
   uint8_t* row_scale;  // one byte per block (2 vectors)
   int64_t batch;
   int64_t vectors;  // per example: elements / 8 (even)
+  int steps;        // per example: ceil(vectors / kRowHalfStep)
+  int whole_steps;  // per example: vectors / kRowHalfStep
 };
 
-// Vectors of a step in range, 0..kRowHalfStep, from those left from its
-// first one.
-__device__ __forceinline__ int StepValid(int64_t left) {
-  return left >= kRowHalfStep ? kRowHalfStep
-                              : (left > 0 ? static_cast<int>(left) : 0);
-}
-
-// The lane's vectors of a step (x: the lane's first) into its slots of
-// ring stage `slot` (asynchronous, zero-filled out of range), one commit
-// group. Each thread copies and reads only its own slots: no barrier.
-__device__ __forceinline__ void IssueHalfStep(uint4* ring, int slot,
-                                              const uint4* x, int valid) {
-#pragma unroll
-  for (int u = 0; u < kRowHalfUnroll; ++u) {
-    const bool in_range =
-        static_cast<int>(threadIdx.x) + u * kRowHalfThreads < valid;
-    AsyncCopy16(ring + (slot * kRowHalfUnroll + u) * kRowHalfThreads +
-                    threadIdx.x,
-                in_range ? x + u * kRowHalfThreads : x, in_range);
-  }
-  AsyncCommit();
+// Steps of this CTA in an example of `steps` (its steps are blockIdx.x,
+// blockIdx.x + gridDim.x, ...).
+__device__ __forceinline__ int CtaSteps(int steps) {
+  const int first = static_cast<int>(blockIdx.x);
+  return first < steps ? (steps - 1 - first) / static_cast<int>(gridDim.x) + 1
+                       : 0;
 }
 
 // The lane's code word and scale byte of vector u, to out[u * 256] and (even
-// lanes) scale[u * 128].
+// lanes) scale[u * 128]; kWhole: every vector of the step is in range, else
+// those below `valid`.
+template <bool kWhole>
 __device__ __forceinline__ void StoreHalfVector(uint32_t* out, uint8_t* scale,
-                                                int u, int valid,
+                                                bool even, int u, int valid,
                                                 uint32_t word, uint32_t sdb) {
-  if (static_cast<int>(threadIdx.x) + u * kRowHalfThreads < valid) {
+  if (kWhole || static_cast<int>(threadIdx.x) + u * kRowHalfThreads < valid) {
     __stcs(out + u * kRowHalfThreads, word);
-    if (threadIdx.x % 2 == 0) {
-      scale[u * (kRowHalfThreads / 2)] = static_cast<uint8_t>(sdb);
-    }
+    if (even) scale[u * (kRowHalfThreads / 2)] = static_cast<uint8_t>(sdb);
   }
 }
 
 // A step with a NaN in the warp: unpacked values, NaN-ignoring keys, the
 // exact encoder (RowFastKernel's NaN path).
-template <typename In, bool kScaled>
+template <typename In, bool kScaled, bool kWhole>
 __device__ __forceinline__ void RowHalfStepWithNan(
     const uint4 (&raw)[kRowHalfUnroll], const float* enc_table, float factor,
-    uint32_t* out, uint8_t* scale, int valid) {
+    uint32_t* out, uint8_t* scale, bool even, int valid) {
 #pragma unroll
   for (int u = 0; u < kRowHalfUnroll; ++u) {
     const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
@@ -105,7 +98,8 @@ __device__ __forceinline__ void RowHalfStepWithNan(
     const float enc = enc_table[sdb & 127u];
     uint32_t q[2];
     EncodeExact<8>(v, kScaled ? MulRn(enc, 8.0f) : enc, q);
-    StoreHalfVector(out, scale, u, valid, PackNibbles8(q[0], q[1]), sdb);
+    StoreHalfVector<kWhole>(out, scale, even, u, valid, PackNibbles8(q[0], q[1]),
+                            sdb);
   }
 }
 
@@ -114,10 +108,10 @@ __device__ __forceinline__ void RowHalfStepWithNan(
 // table holds enc / 8 (exact) and the codes come in pairs from
 // MulSatRn(|v|, enc / 8) (CodeWord8Scaled: 3 instead of 6 ALU instructions
 // for two values); else the table holds enc (CodeWord8).
-template <typename In, bool kScaled>
+template <typename In, bool kScaled, bool kWhole>
 __device__ __forceinline__ void RowHalfStep(
     const uint4 (&raw)[kRowHalfUnroll], const float* enc_table, float factor,
-    uint32_t* out, uint8_t* scale, int valid) {
+    uint32_t* out, uint8_t* scale, bool even, int valid) {
   using Storage = typename In::Storage;
   float key[kRowHalfUnroll];  // the blocks' max |x| (NaN: a NaN)
   bool has_nan = false;
@@ -130,8 +124,8 @@ __device__ __forceinline__ void RowHalfStep(
     has_nan |= __float_as_uint(key[u]) > kF32Inf;
   }
   if (__any_sync(0xFFFFFFFFu, has_nan)) {
-    RowHalfStepWithNan<In, kScaled>(raw, enc_table, factor, out, scale,
-                                    valid);
+    RowHalfStepWithNan<In, kScaled, kWhole>(raw, enc_table, factor, out, scale,
+                                            even, valid);
     return;
   }
 #pragma unroll
@@ -150,8 +144,77 @@ __device__ __forceinline__ void RowHalfStep(
       for (int e = 0; e < 8; ++e) a[e] = MulRn(fabsf(In::Element(w, e)), enc);
       word = CodeWord8(a, w);
     }
-    StoreHalfVector(out, scale, u, valid, word, sdb);
+    StoreHalfVector<kWhole>(out, scale, even, u, valid, word, sdb);
   }
+}
+
+// One example's steps of this CTA (x, out, scale: the example's vectors,
+// code words and scale bytes, at this lane's first one). The loads run
+// kRowHalfStages - 1 steps ahead of the math through the ring. The loop
+// control is 32-bit and branch-free except for two uniform branches: only
+// the example's last step can be partial (its vectors past the end are
+// zero-filled, their stores skipped), and only that step checks ranges.
+template <typename In, bool kScaled>
+__device__ __forceinline__ void RowHalfExample(const RowHalfParams& p,
+                                               uint4* ring, const uint4* x,
+                                               uint32_t* out, uint8_t* scale,
+                                               const float* enc_table,
+                                               float factor) {
+  constexpr int kStageVectors = kRowHalfUnroll * kRowHalfThreads;
+  const int steps = CtaSteps(p.steps);
+  const int whole = CtaSteps(p.whole_steps);
+  const int64_t stride = int64_t{gridDim.x} * kRowHalfStep;
+  const int64_t first = int64_t{blockIdx.x} * kRowHalfStep;
+  const bool even = threadIdx.x % 2 == 0;
+  // Vectors of the partial step in range (it is the example's last).
+  const int tail_valid =
+      static_cast<int>(p.vectors - int64_t{p.whole_steps} * kRowHalfStep);
+  uint4* lane_ring = ring + threadIdx.x;
+  const uint4* src = x + first;  // the next step to issue
+  // Step i of this CTA into stage i % kRowHalfStages (an empty commit group past
+  // the CTA's steps, so that every wait counts the same groups).
+  auto issue = [&](int i) {
+    uint4* dst = lane_ring + (i % kRowHalfStages) * kStageVectors;
+    if (i < whole) {
+#pragma unroll
+      for (int u = 0; u < kRowHalfUnroll; ++u) {
+        AsyncCopy16(dst + u * kRowHalfThreads, src + u * kRowHalfThreads,
+                    true);
+      }
+    } else if (i < steps) {
+#pragma unroll
+      for (int u = 0; u < kRowHalfUnroll; ++u) {
+        const bool in_range =
+            static_cast<int>(threadIdx.x) + u * kRowHalfThreads < tail_valid;
+        AsyncCopy16(dst + u * kRowHalfThreads,
+                    in_range ? src + u * kRowHalfThreads : x, in_range);
+      }
+    }
+    AsyncCommit();
+    src += stride;
+  };
+#pragma unroll
+  for (int i = 0; i < kRowHalfStages - 1; ++i) issue(i);
+  out += first;
+  scale += first / 2;
+  for (int i = 0; i < steps; ++i) {
+    issue(i + kRowHalfStages - 1);
+    AsyncWaitGroup<kRowHalfStages - 1>();  // step i has landed
+    const uint4* stage = lane_ring + (i % kRowHalfStages) * kStageVectors;
+    uint4 raw[kRowHalfUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowHalfUnroll; ++u) raw[u] = stage[u * kRowHalfThreads];
+    if (i < whole) {
+      RowHalfStep<In, kScaled, true>(raw, enc_table, factor, out, scale, even,
+                                     kRowHalfStep);
+    } else {
+      RowHalfStep<In, kScaled, false>(raw, enc_table, factor, out, scale, even,
+                                      tail_valid);
+    }
+    out += stride;
+    scale += stride / 2;
+  }
+  AsyncWaitGroup<0>();  // the empty tail groups, before the ring is reused
 }
 
 // Grid (x: a persistent wave of CTAs, CTA b taking steps b, b + grid, ...;
@@ -161,6 +224,7 @@ __device__ __forceinline__ void RowHalfStep(
 // that enough bytes are in flight while the SM is busy with the math (with
 // the loads one step ahead in registers, or none ahead in short CTAs, the
 // kernel took ~50 us at 8192^2 bf16 with neither DRAM nor the SM saturated).
+// Each thread copies and reads only its own slots of the ring: no barrier.
 template <typename In>
 __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
     RowHalfKernel(const __grid_constant__ RowHalfParams p) {
@@ -171,19 +235,8 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     const int64_t lane0 = ex * p.vectors + threadIdx.x;
     const uint4* x = static_cast<const uint4*>(p.x) + lane0;
-    const int64_t stride = int64_t{gridDim.x} * kRowHalfStep;
-    // Steps are issued in order into stages 0, 1, .., kRowHalfStages - 1, 0,
-    // ..: `issued` is the first vector of the next one, `slot` its stage.
-    int64_t issued = int64_t{blockIdx.x} * kRowHalfStep;
-    int slot = 0;
-    auto issue = [&]() {
-      const int valid = StepValid(p.vectors - issued);
-      IssueHalfStep(ring, slot, valid > 0 ? x + issued : x, valid);
-      issued += stride;
-      slot = slot + 1 == kRowHalfStages ? 0 : slot + 1;
-    };
-#pragma unroll
-    for (int k = 0; k < kRowHalfStages - 1; ++k) issue();
+    uint32_t* out = reinterpret_cast<uint32_t*>(p.row) + lane0;
+    uint8_t* scale = p.row_scale + lane0 / 2;
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
     // enc / 8 is exact for every scale byte unless the smallest multiplier
     // (scale byte 0x7E, 448) is below 2^-123: a global amax above 6 x 2^123.
@@ -195,30 +248,11 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
       enc_table[threadIdx.x] = scaled ? MulRn(enc, 0.125f) : enc;
     }
     __syncthreads();
-    uint32_t* out = reinterpret_cast<uint32_t*>(p.row) + lane0;
-    uint8_t* scale = p.row_scale + lane0 / 2;
-    int current = 0;  // the stage of step `base`
-    for (int64_t base = int64_t{blockIdx.x} * kRowHalfStep; base < p.vectors;
-         base += stride) {
-      issue();
-      AsyncWaitGroup<kRowHalfStages - 1>();  // step `base` has landed
-      const uint4* stage =
-          ring + current * kRowHalfUnroll * kRowHalfThreads + threadIdx.x;
-      current = current + 1 == kRowHalfStages ? 0 : current + 1;
-      uint4 raw[kRowHalfUnroll];
-#pragma unroll
-      for (int u = 0; u < kRowHalfUnroll; ++u) {
-        raw[u] = stage[u * kRowHalfThreads];
-      }
-      if (scaled) {
-        RowHalfStep<In, true>(raw, enc_table, ts.factor, out + base,
-                              scale + base / 2, StepValid(p.vectors - base));
-      } else {
-        RowHalfStep<In, false>(raw, enc_table, ts.factor, out + base,
-                               scale + base / 2, StepValid(p.vectors - base));
-      }
+    if (scaled) {
+      RowHalfExample<In, true>(p, ring, x, out, scale, enc_table, ts.factor);
+    } else {
+      RowHalfExample<In, false>(p, ring, x, out, scale, enc_table, ts.factor);
     }
-    AsyncWaitGroup<0>();  // the zero-filled tail stages, before reuse
   }
 }
 
@@ -228,8 +262,20 @@ template <typename In>
 Nvfp4LaunchStatus LaunchRowHalf(const Nvfp4QuantizeBuffers& buf,
                                 int64_t batch, int64_t elements,
                                 unsigned grid_y, cudaStream_t stream) {
-  const RowHalfParams p{buf.x,         buf.amax, buf.row,
-                        buf.row_scale, batch,    elements / In::kVec};
+  const int64_t vectors = elements / In::kVec;
+  const int64_t steps = CeilDiv(vectors, int64_t{kRowHalfStep});
+  // Step indices are 32-bit: 2^31 steps would be 2^46 bytes of x.
+  if (steps > 0x7FFFFFFF) {
+    return Nvfp4LaunchStatus{false, 0, "RowHalfKernel: x too large"};
+  }
+  const RowHalfParams p{buf.x,
+                        buf.amax,
+                        buf.row,
+                        buf.row_scale,
+                        batch,
+                        vectors,
+                        static_cast<int>(steps),
+                        static_cast<int>(vectors / kRowHalfStep)};
   // On every launch: the attribute is per device.
   const cudaError_t allowed = cudaFuncSetAttribute(
       RowHalfKernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -241,7 +287,6 @@ Nvfp4LaunchStatus LaunchRowHalf(const Nvfp4QuantizeBuffers& buf,
   static const int per_sm = ResidentBlocks(
       RowHalfKernel<In>, kRowHalfThreads, kRowHalfBlocksPerSm,
       kRowHalfRingBytes);
-  const int64_t steps = CeilDiv(p.vectors, int64_t{kRowHalfStep});
   const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
   return LaunchPdl(RowHalfKernel<In>,
                    dim3(GridSize(std::min(steps, room)), grid_y), stream, p,
