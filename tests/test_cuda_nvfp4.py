@@ -344,6 +344,9 @@ SHARDED = [
     # the last dim's term wraps inside a block; odd row stride: even and odd first indices
     ((6, 48), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # tile / scalar kernels
     ((6, 64), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # fast row kernel (L % 16 == 0)
+    # row 15's indices run over 2^33 - 41 ..: the low word of the pair counter wraps inside a
+    # run of the row kernel (odd first index) and of a tile kernel block
+    ((2, 64), 0, 1, (14, 2**29 - 41), (16, 2**29), False, False),
 ]
 
 

@@ -156,10 +156,13 @@ __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
 // Stochastically rounded codes of N values times `enc` along the last dim:
 // element e has the global index row + uint32(last + e) (`last`: the last
 // dim's term of element 0, the uint32 wrap of s + offset as in SrTerm). The
-// indices are consecutive unless that term wraps inside the run (then one
-// Threefry call per element, EncodeSr): one Threefry call per pair of
-// indices (2j, 2j + 1), N / 2 calls for an even first index, N / 2 + 1 for an
-// odd one (pair p then serves elements 2p - 1 (word 0) and 2p (word 1)).
+// indices are consecutive unless that term wraps inside the run: then, and
+// when the low word of the pair counter wraps inside the run, one Threefry
+// call per element (EncodeSr). Otherwise one Threefry call per pair of
+// indices (2j, 2j + 1), on counters (lo + p, hi) in 32-bit arithmetic: N / 2
+// calls for an even first index, N / 2 + 1 for an odd one. The parity is a
+// branch, not selects: it is the same for every run of a thread in the usual
+// layouts (even last dims), so the even form makes no extra call.
 template <int N>
 __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
                                             uint32_t key0, uint32_t key1,
@@ -167,33 +170,46 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
                                             uint32_t last,
                                             uint32_t (&q)[N / 4]) {
   static_assert(N % 4 == 0, "whole code words");
-  if (last > 0xFFFFFFFFu - (N - 1)) {
+  const uint64_t first = row + last;
+  const uint64_t pair = first >> 1;
+  const uint32_t lo = static_cast<uint32_t>(pair);
+  const uint32_t hi = static_cast<uint32_t>(pair >> 32) | ((stream & 1u) << 31);
+  if (last > 0xFFFFFFFFu - (N - 1) || lo > 0xFFFFFFFFu - N / 2) {
     EncodeSr<N>(
         v, enc, key0, key1, stream,
         [&](int e) { return row + static_cast<uint32_t>(last + e); }, q);
     return;
   }
-  const uint64_t first = row + last;
-  const bool odd = (first & 1u) != 0;
-  const uint64_t pair = first >> 1;
-  uint32_t word0;  // the words of pair p (p = 0 first)
-  uint32_t word1;
-  StochasticRoundingPair(key0, key1, pair, stream, word0, word1);
-  uint32_t c[4];
+  uint32_t c[N];
+  if ((first & 1u) == 0) {
+    // Element 2p: word 0 of pair p, element 2p + 1: its word 1.
 #pragma unroll
-  for (int p = 0; p < N / 2; ++p) {
-    uint32_t next0 = 0;  // the words of pair p + 1, when needed
-    uint32_t next1 = 0;
-    if (p + 1 < N / 2 || odd) {
-      StochasticRoundingPair(key0, key1, pair + p + 1, stream, next0, next1);
+    for (int p = 0; p < N / 2; ++p) {
+      uint32_t word0;
+      uint32_t word1;
+      Threefry2x32(key0, key1, lo + p, hi, word0, word1);
+      c[2 * p] = E2M1StochasticCode(MulRn(v[2 * p], enc), word0);
+      c[2 * p + 1] = E2M1StochasticCode(MulRn(v[2 * p + 1], enc), word1);
     }
-    const int e = 2 * p;
-    c[e % 4] = E2M1StochasticCode(MulRn(v[e], enc), odd ? word1 : word0);
-    c[e % 4 + 1] =
-        E2M1StochasticCode(MulRn(v[e + 1], enc), odd ? next0 : word1);
-    if (e % 4 == 2) q[e / 4] = Pack4(c[0], c[1], c[2], c[3]);
-    word0 = next0;
-    word1 = next1;
+  } else {
+    // Element 0: word 1 of pair 0; elements 2p - 1 and 2p (p >= 1): the
+    // words 0 and 1 of pair p.
+    uint32_t word0;
+    uint32_t word1;
+    Threefry2x32(key0, key1, lo, hi, word0, word1);
+    c[0] = E2M1StochasticCode(MulRn(v[0], enc), word1);
+#pragma unroll
+    for (int p = 1; p <= N / 2; ++p) {
+      Threefry2x32(key0, key1, lo + p, hi, word0, word1);
+      c[2 * p - 1] = E2M1StochasticCode(MulRn(v[2 * p - 1], enc), word0);
+      if (2 * p < N) {
+        c[2 * p] = E2M1StochasticCode(MulRn(v[2 * p], enc), word1);
+      }
+    }
+  }
+#pragma unroll
+  for (int w = 0; w < N / 4; ++w) {
+    q[w] = Pack4(c[4 * w], c[4 * w + 1], c[4 * w + 2], c[4 * w + 3]);
   }
 }
 
