@@ -38,7 +38,8 @@
 //   * RowHalfKernel (kernels/nvfp4_row_half_cuda.cuh): RowFastKernel's
 //     problems for bf16 / f16 without stochastic rounding (4-byte aligned
 //     output suffices), with the values kept packed: ~40% fewer instructions
-//     per vector, loads 3 steps ahead through a cp.async ring.
+//     per vector, loads 2 steps ahead through a cp.async ring, 4 CTAs per
+//     SM.
 //   * RowScalarKernel: rowwise only, every other shape: one thread per block,
 //     scalar loads, 8-byte stores of the packed codes where aligned, nibble
 //     stores (atomic) for a byte shared with a neighbouring block (odd L).
