@@ -74,6 +74,13 @@ EQXQ_HOST_DEVICE inline void Threefry2x32(uint32_t k0, uint32_t k1,
 inline constexpr uint32_t kRowwiseStream = 0;
 inline constexpr uint32_t kColwiseStream = 1;
 
+// The high counter word of the pair `pair` in `stream`: hi32(pair) | stream
+// << 31 (the low word is lo32(pair)).
+EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingCounterHigh(uint64_t pair,
+                                                               uint32_t stream) {
+  return static_cast<uint32_t>(pair >> 32) | ((stream & 1u) << 31);
+}
+
 // The two words of the counter pair `pair`, shared by the elements of global
 // row-major linear indices 2 pair (word0) and 2 pair + 1 (word1):
 // threefry2x32(key, (lo32(pair), hi32(pair) | stream << 31)).
@@ -82,9 +89,8 @@ EQXQ_HOST_DEVICE inline void StochasticRoundingPair(uint32_t k0, uint32_t k1,
                                                     uint32_t stream,
                                                     uint32_t& word0,
                                                     uint32_t& word1) {
-  const uint32_t lo = static_cast<uint32_t>(pair);
-  const uint32_t hi = static_cast<uint32_t>(pair >> 32) | ((stream & 1u) << 31);
-  Threefry2x32(k0, k1, lo, hi, word0, word1);
+  Threefry2x32(k0, k1, static_cast<uint32_t>(pair),
+               StochasticRoundingCounterHigh(pair, stream), word0, word1);
 }
 
 // The random word of the element with global row-major linear index `index`:

@@ -173,7 +173,7 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
   const uint64_t first = row + last;
   const uint64_t pair = first >> 1;
   const uint32_t lo = static_cast<uint32_t>(pair);
-  const uint32_t hi = static_cast<uint32_t>(pair >> 32) | ((stream & 1u) << 31);
+  const uint32_t hi = StochasticRoundingCounterHigh(pair, stream);
   if (last > 0xFFFFFFFFu - (N - 1) || lo > 0xFFFFFFFFu - N / 2) {
     EncodeSr<N>(
         v, enc, key0, key1, stream,
