@@ -233,25 +233,30 @@ EQXQ_HOST_DEVICE inline uint32_t CeilToU32(float x) {
 }
 
 // == FloatToE2M1Stochastic(value, r) (common/nvfp4_format.h) for every value
-// and r, in about half the instructions. For a = |value| < 6 the grid step s
-// is 0.5 (a < 2), 1 (a < 4) or 2, and the code is n + up + offset with
-// n = floor(a / s) and up = (r >> 8) < ceil(frac(a / s) * 2^24). Here
-// u = ceil(a * 2^24 / s) (an exact product: a power-of-two scaling; u < 2^26)
-// holds n in its bits 24.. and that threshold below them, except that a
-// threshold of exactly 2^24 carries into n and leaves 0: n + 1 and never up,
-// the same code as n and always up. (r >> 8) < t <=> r < t << 8 for t < 2^24,
-// and u << 8 drops n. Larger a saturate to 7, NaN is the NaN code.
+// and r, in about a third of the instructions. For a = |value| < 6 the grid
+// step s is 0.5 (a < 2), 1 (a < 4) or 2; the code is c + up, c = floor(a / s)
+// + (0, 2 or 4), up = (r >> 8) < t, t = ceil(frac(a / s) * 2^24) (<= 2^24).
+// With the word X = c * 2^24 + t, c + up = (X + 2^24 - 1 - (r >> 8)) >> 24:
+// the carry out of the low 24 bits is `up` (and a t of exactly 2^24 is c + 1,
+// never up: the same code as c, always up). X is
+//   a < 1: ceil(a * 2^25) (an exact power-of-two scaling, then the ceiling
+//          of t for the a whose low bits fall below 2^-25);
+//   1 <= a < 6: 4 * bits(a) + 2^26 (mod 2^32): bits(a) >> 22 = 2 * exponent
+//          + the top mantissa bit runs 254..258 for c = 2..6, so 4 * bits(a)
+//          holds that minus 256 and + 2^26 adds 4 in bits 24..31; the other
+//          22 mantissa bits, times 4, are t;
+//   a >= 6 (inf): a clamped to 6, X = 7 * 2^24 (t = 0: never up).
+// NaN is the NaN code.
 EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCode(float value, uint32_t r) {
+  constexpr uint32_t kSix = 0x40C00000u;  // bits of 6.0f
   const uint32_t bits = FloatToBits(value);
   const uint32_t magnitude = bits & 0x7FFFFFFFu;
-  const bool below2 = magnitude < 0x40000000u;
-  const bool below4 = magnitude < 0x40800000u;
-  const float per_step =
-      below2 ? 33554432.0f : (below4 ? 16777216.0f : 8388608.0f);  // 2^24 / s
-  const uint32_t offset = below2 ? 0u : (below4 ? 2u : 4u);
-  const uint32_t u = CeilToU32(MulRn(BitsToFloat(magnitude), per_step));
-  uint32_t code = (u >> 24) + (r < (u << 8) ? 1u : 0u) + offset;
-  code = magnitude >= 0x40C00000u ? 7u : code;  // a >= 6, inf
+  const uint32_t clamped = magnitude < kSix ? magnitude : kSix;
+  const uint32_t word =
+      magnitude < 0x3F800000u  // a < 1
+          ? CeilToU32(MulRn(std::fabs(value), 33554432.0f))
+          : clamped * 4u + 0x04000000u;
+  uint32_t code = (word + (0xFFFFFFu - (r >> 8))) >> 24;
   code |= (bits >> 28) & 0x8u;
   return magnitude > 0x7F800000u ? uint32_t{kE2M1NanCode} : code;
 }
