@@ -347,6 +347,11 @@ SHARDED = [
     # row 15's indices run over 2^33 - 41 ..: the low word of the pair counter wraps inside a
     # run of the row kernel (odd first index) and of a tile kernel block
     ((2, 64), 0, 1, (14, 2**29 - 41), (16, 2**29), False, False),
+    # the fast row kernel's SR cursor (a lane's vectors 2048 elements apart): rank 3 (rows
+    # over two dims), L = 16 (128 rows on), L = 2064 > 2048 (a column carry on most steps)
+    ((4, 8, 32), 0, 1, (1, 2, 32), (8, 16, 96), False, False),
+    ((300, 16), 0, 1, (7, 3), (1000, 32), False, False),
+    ((8, 2064), 0, 1, (1, 16), (16, 4096), False, False),
 ]
 
 

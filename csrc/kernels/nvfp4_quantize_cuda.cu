@@ -85,6 +85,26 @@ struct RowParams {
   int64_t blocks;    // per example: rows * l_blocks
   bool narrow;       // elements < 2^32: 32-bit divisions
   SrLayout sr;       // the SR index: rows over S[:n-1], L = S[n-1]
+  // RowFastKernel with SR: kThreads vectors (the distance between a lane's
+  // vectors u and u + 1) are lane_rows rows and lane_cols (< L) elements.
+  int64_t lane_rows;
+  int64_t lane_cols;
+};
+
+// Where a lane's vector lies in its example (RowFastKernel with SR): row and
+// column (< L) of its first element.
+struct SrRowCursor {
+  int64_t row;
+  int64_t col;
+  // The cursor kThreads vectors on (col + lane_cols < 2 L: one carry).
+  __device__ __forceinline__ void Advance(const RowParams& p) {
+    row += p.lane_rows;
+    col += p.lane_cols;
+    if (col >= p.l) {
+      col -= p.l;
+      ++row;
+    }
+  }
 };
 
 
@@ -154,6 +174,12 @@ __global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
     __syncthreads();
     const uint32_t key0 = kSr ? p.key[2 * ex] : 0u;
     const uint32_t key1 = kSr ? p.key[2 * ex + 1] : 0u;
+    // SR: the index offsets of the last dim and (rank 2) of the row, loaded
+    // once.
+    const uint32_t last_offset =
+        kSr ? static_cast<uint32_t>(__ldg(p.sr.offset + p.sr.n - 1)) : 0u;
+    const uint32_t row_offset =
+        kSr && p.sr.n == 2 ? static_cast<uint32_t>(__ldg(p.sr.offset)) : 0u;
     const uint4* x = reinterpret_cast<const uint4*>(
         static_cast<const Storage*>(p.x) + ex * p.elements);
     // Packed codes: vector j is the kVec / 2 bytes from out + j * kVec / 2.
@@ -173,6 +199,12 @@ __global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) raw[u] = next[u];
       LoadRowVectors(x, base + step, vectors, next);
+      // SR: where vector u = 0 lies (one division per step; the next
+      // vectors, kThreads apart, by Advance).
+      SrRowCursor at{};
+      if constexpr (kSr) {
+        at.row = DivMod((base + threadIdx.x) * kVec, p.l, p.narrow, at.col);
+      }
       uint32_t piece[kRowUnroll];  // packed codes of vector u
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
@@ -198,11 +230,15 @@ __global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
         const float enc = enc_table[sdb & 127u];
         uint32_t q[kVec / 4];
         if constexpr (kSr) {
-          int64_t l0;
-          const int64_t row = DivMod(j * kVec, p.l, p.narrow, l0);
-          const uint64_t row_index = SrMulti(p.sr, 0, p.sr.n - 1, row);
-          const uint32_t last =
-              static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0));
+          if (u > 0) at.Advance(p);
+          // == SrMulti(p.sr, 0, n - 1, row) (rank 2: the row is its own
+          // coordinate) and the last dim's SrTerm (its stride is 1).
+          const uint64_t row_index =
+              p.sr.n == 2 ? static_cast<uint64_t>(
+                                static_cast<uint32_t>(at.row) + row_offset) *
+                                p.sr.stride[0]
+                          : SrMulti(p.sr, 0, p.sr.n - 1, at.row);
+          const uint32_t last = static_cast<uint32_t>(at.col) + last_offset;
           EncodeSrRun<kVec>(v, enc, key0, key1, kRowwiseStream, row_index,
                             last, q);
         } else if (has_nan) {
@@ -329,6 +365,8 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
   p.blocks = (p.elements / v.l) * p.l_blocks;
   p.narrow = p.elements <= 0xFFFFFFFF;
   p.sr = sr;
+  p.lane_rows = int64_t{kThreads} * In::kVec / v.l;
+  p.lane_cols = int64_t{kThreads} * In::kVec % v.l;
   const unsigned grid_y =
       static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
   // A lane's store of packed codes: 4 vectors of kVec / 2 bytes, aligned in
