@@ -19,7 +19,9 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `mxfp8_rowcol`: the same plus the colwise (32x1 blocks, not transposed) copy, in one op.
 - `nvfp4_row`: NVFP4 1D rowwise (global amax pass + E4M3 block scales + E2M1 cast);
 - `nvfp4_rht_rowcol`: NVFP4 rowwise plus the RHT'd, transposed colwise copy (two amaxes);
-- `nvfp4_sr_row`: NVFP4 1D rowwise with stochastic rounding (counter-based Threefry bits).
+- `nvfp4_sr_row`: NVFP4 1D rowwise with stochastic rounding (counter-based Threefry bits);
+- `nvfp4_rht_sr_rowcol`: `nvfp4_rht_rowcol` with stochastic rounding in both copies (how
+  NVFP4 training recipes quantize gradients).
 - `grouped_mxfp8_row`, `grouped_mxfp8_rowcol`, `grouped_dbias`: the M rows in 8 ragged
   groups (`eqx_quant/_bench_grouped.py`), per-group swizzled scales, blocks aligned to each
   group's start.
@@ -95,6 +97,7 @@ OPS = (
     "nvfp4_row",
     "nvfp4_rht_rowcol",
     "nvfp4_sr_row",
+    "nvfp4_rht_sr_rowcol",
 ) + _bench_grouped.OPS
 DEFAULT_SIZES = ("1024", "4096", "8192", "16384x4096")
 FP8_MAX = 448.0

@@ -175,6 +175,14 @@ def test_rows_per_unit(mode):
     _check(x, patterns, mode, fa=1, layouts=ROW_AND_BOTH)
 
 
+@pytest.mark.parametrize("n", [45, 46])
+def test_nvfp4_sr_column_pairs(n):
+    """Colwise SR: with N even the kernel draws one Threefry pair for columns 2m, 2m + 1
+    (lanes exchange words), with N odd one per element; the last column tile is partial."""
+    x = spread_random((M, n), jnp.bfloat16, seed=14)
+    _check(x, PATTERNS[:3], "nvfp4_sr", layouts=ROW_AND_BOTH)
+
+
 def _special_values():
     """(321, 96) f32 with NaN, +-inf, +-0, subnormals and huge values, also whole blocks."""
     rng = np.random.default_rng(7)

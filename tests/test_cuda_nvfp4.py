@@ -352,6 +352,9 @@ SHARDED = [
     ((4, 8, 32), 0, 1, (1, 2, 32), (8, 16, 96), False, False),
     ((300, 16), 0, 1, (7, 3), (1000, 32), False, False),
     ((8, 2064), 0, 1, (1, 16), (16, 4096), False, False),
+    # colwise SR by column pairs (even global L, even last offset) with a pair cut by the
+    # tensor's edge: column 32 is the last one, its partner lane draws words it never stores
+    ((40, 33), 0, 1, (2, 4), (64, 64), False, False),
 ]
 
 

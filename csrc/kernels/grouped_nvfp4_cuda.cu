@@ -45,11 +45,13 @@ namespace {
 
 using namespace grouped_dev;  // NOLINT: the shared helpers of the grouped ops
 using nvfp4::Bf16In;
+using nvfp4::ColumnPairWords;
 using nvfp4::E4M3Byte;
 using nvfp4::EncodeExact;
 using nvfp4::EncodeFast;
 using nvfp4::EncodeSr;
 using nvfp4::EncodeSrRun;
+using nvfp4::EncodeSrWords;
 using nvfp4::F16In;
 using nvfp4::F32In;
 using nvfp4::kB;  // 16
@@ -188,7 +190,9 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           }
           if (kRow && j % kB == 0) tile_key[kb][j / kB] = tile_amax;
         }
-        if (kCol && kb * kB < tile_rows && j < tile_cols) {
+        // (kb is the same in a warp: its lanes are 32 columns of one block.)
+        if (kCol && kb * kB < tile_rows) {
+          const bool live = j < tile_cols;
           const uint32_t raw = RawKey<kB>(v);
           const bool has_nan = raw > kF32Inf;
           const uint32_t key =
@@ -199,21 +203,28 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           const int64_t i0 = first_local + kb * kB;  // first row, in the group
           uint32_t q[4];
           if constexpr (kSr) {
-            EncodeSr<kB>(
-                v, enc, key0, key1, kColwiseStream,
-                [&](int i) { return SrIndex(i0 + i, n, N); }, q);
+            auto index_of = [&](int i) { return SrIndex(i0 + i, n, N); };
+            if (N % 2 == 0) {  // columns 2m, 2m + 1 share pairs; the whole warp
+              uint32_t words[kB];
+              ColumnPairWords(key0, key1, kColwiseStream, index_of, words);
+              EncodeSrWords<kB>(v, enc, words, q);
+            } else if (live) {
+              EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of, q);
+            }
           } else if (has_nan) {
             EncodeExact<kB>(v, enc, q);
           } else {
             EncodeFast<kB>(v, enc, q);
           }
-          StoreCodes(p.col + ex * elements + gt.start * N + n * gt.rows + i0, q,
-                     min(kB, tile_rows - kb * kB));
-          const int64_t q_cols =
-              grouped::PadTo(grouped::CeilDiv(gt.rows, int64_t{kB}), 4);
-          p.col_scale[ex * p.col_scale_bytes + gt.col_region +
-                      grouped::SwizzleOffset(n, i0 / kB, q_cols)] =
-              static_cast<uint8_t>(sdb);
+          if (live) {
+            StoreCodes(p.col + ex * elements + gt.start * N + n * gt.rows + i0,
+                       q, min(kB, tile_rows - kb * kB));
+            const int64_t q_cols =
+                grouped::PadTo(grouped::CeilDiv(gt.rows, int64_t{kB}), 4);
+            p.col_scale[ex * p.col_scale_bytes + gt.col_region +
+                        grouped::SwizzleOffset(n, i0 / kB, q_cols)] =
+                static_cast<uint8_t>(sdb);
+          }
         }
       }
 

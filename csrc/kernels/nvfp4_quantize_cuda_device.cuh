@@ -153,6 +153,56 @@ __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
   }
 }
 
+// Column pairs (colwise SR): when the elements of columns 2m and 2m + 1 in a
+// row have the indices 2P and 2P + 1 (an even last-dim term for the even
+// column and even strides for every other dim), they take the two words of
+// one Threefry call on pair P. Lanes 2m and 2m + 1 hold those columns (16
+// rows each): the even lane draws the pairs of rows 0..7, the odd lane those
+// of rows 8..15, and each sends the other its words: 8 calls per lane for 16
+// codes instead of 16. index_of(i): this lane's index of its row i. Every
+// lane of the warp calls it (shuffles).
+template <typename IndexOf>
+__device__ __forceinline__ void ColumnPairWords(uint32_t key0, uint32_t key1,
+                                                uint32_t stream,
+                                                IndexOf index_of,
+                                                uint32_t (&words)[kB]) {
+  constexpr int kHalf = kB / 2;
+  const bool odd = (threadIdx.x & 1u) != 0;
+  uint32_t keep[kHalf];
+  uint32_t send[kHalf];
+#pragma unroll
+  for (int m = 0; m < kHalf; ++m) {
+    uint32_t word0;
+    uint32_t word1;
+    StochasticRoundingPair(key0, key1, index_of((odd ? kHalf : 0) + m) >> 1,
+                           stream, word0, word1);
+    keep[m] = odd ? word1 : word0;
+    send[m] = odd ? word0 : word1;
+  }
+#pragma unroll
+  for (int m = 0; m < kHalf; ++m) {
+    const uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, send[m], 1);
+    words[m] = odd ? got : keep[m];
+    words[kHalf + m] = odd ? keep[m] : got;
+  }
+}
+
+// Stochastically rounded codes of N values times `enc` with their words.
+template <int N>
+__device__ __forceinline__ void EncodeSrWords(const float (&v)[N], float enc,
+                                              const uint32_t (&words)[N],
+                                              uint32_t (&q)[N / 4]) {
+#pragma unroll
+  for (int w = 0; w < N / 4; ++w) {
+    uint32_t c[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      c[e] = E2M1StochasticCode(MulRn(v[4 * w + e], enc), words[4 * w + e]);
+    }
+    q[w] = Pack4(c[0], c[1], c[2], c[3]);
+  }
+}
+
 // Stochastically rounded codes of N values times `enc` along the last dim:
 // element e has the global index row + uint32(last + e) (`last`: the last
 // dim's term of element 0, the uint32 wrap of s + offset as in SrTerm). The

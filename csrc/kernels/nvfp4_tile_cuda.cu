@@ -71,6 +71,10 @@ struct TileParams {
   bool rowwise, colwise, use_2d;
   bool vec_load;  // L % kVec == 0 and x 16-byte aligned: cp.async rows
   int k_axis;     // index of K in S (for the SR index)
+  // SR: every stride of the index but the last dim's is even (the global
+  // last dim is), so with an even last-dim offset columns 2m and 2m + 1 of a
+  // row share a counter pair (ColumnPairWords).
+  bool sr_even_strides;
   float rht_factor[kRhtSize];  // R[i][0]
   SrLayout sr;
 };
@@ -167,6 +171,9 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
     }
   };
 
+  // Colwise SR by column pairs (tiles start at even columns).
+  const bool pair_columns =
+      kSr && p.sr_even_strides && (__ldg(p.sr.offset + p.sr.n - 1) & 1) == 0;
   int64_t cached_ex = -1;
   float row_factor = 0.0f;  // block amax -> scale byte multipliers
   float col_factor = 0.0f;
@@ -231,7 +238,9 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         }
         if (p.rowwise && j % kB == 0) tile_key[kb][j / kB] = tile_amax;
       }
-      if (p.colwise && kb * kB < at.rows && j < at.cols) {
+      // (kb is the same in a warp: its lanes are 32 columns of one block.)
+      if (p.colwise && kb * kB < at.rows) {
+        const bool live = j < at.cols;
         if constexpr (kRht) {  // K % 16 == 0: the group is whole
           float rotated[kB];
           Rht16Exact(v, p.rht_factor, rotated);
@@ -248,18 +257,26 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         if constexpr (kSr) {
           const int64_t k_first = at.k0 + kb * kB;
           const uint64_t base = sr_base + SrTerm(p.sr, p.sr.n - 1, at.l0 + j);
-          EncodeSr<kB>(
-              v, enc, key0, key1, kColwiseStream,
-              [&](int i) { return base + SrTerm(p.sr, p.k_axis, k_first + i); },
-              q);
+          auto index_of = [&](int i) {
+            return base + SrTerm(p.sr, p.k_axis, k_first + i);
+          };
+          if (pair_columns) {  // the whole warp
+            uint32_t words[kB];
+            ColumnPairWords(key0, key1, kColwiseStream, index_of, words);
+            EncodeSrWords<kB>(v, enc, words, q);
+          } else if (live) {
+            EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of, q);
+          }
         } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
         } else {
           EncodeFast<kB>(v, enc, q);
         }
-        StorePackedCodes(p.col, at.col_off + j * p.ak + kb * kB, q,
-                         min(kB, at.rows - kb * kB));
-        p.col_scale[at.cs_off + j * p.akb + kb] = static_cast<uint8_t>(sdb);
+        if (live) {
+          StorePackedCodes(p.col, at.col_off + j * p.ak + kb * kB, q,
+                           min(kB, at.rows - kb * kB));
+          p.col_scale[at.cs_off + j * p.akb + kb] = static_cast<uint8_t>(sdb);
+        }
       }
     }
 
@@ -348,6 +365,7 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
   for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];
   p.sr = sr;
+  p.sr_even_strides = sr.n >= 2 && sr.stride[sr.n - 2] % 2 == 0;
   static const int per_sm = ResidentBlocks(TileKernel<In, kRht, kSr>, kThreads,
                                            kQuantizeMinBlocks<kSr>);
   const uint64_t room = static_cast<uint64_t>(SmCount()) * per_sm;
