@@ -34,7 +34,8 @@
 //     forwards (the amax kernels walk it backwards: each pass starts on what
 //     the previous one left in L2).
 //     Runs for f32 and with stochastic rounding (then one CTA per step of
-//     1024 vectors instead of a persistent wave).
+//     1024 vectors instead of a persistent wave; the SR index of a lane's
+//     vectors by a row / column cursor, one division per step).
 //   * RowHalfKernel (kernels/nvfp4_row_half_cuda.cuh): RowFastKernel's
 //     problems for bf16 / f16 without stochastic rounding (4-byte aligned
 //     output suffices), with the values kept packed: ~40% fewer instructions

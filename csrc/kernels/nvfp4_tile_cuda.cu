@@ -22,7 +22,10 @@
 //     published in shared memory for the rowwise phase. Colwise: the RHT
 //     butterfly in registers (use_rht), the block scale, the codes, one
 //     8-byte streaming store of the 16 packed codes of 16 consecutive k of
-//     the T layout (c, l, a, k) and one scale byte.
+//     the T layout (c, l, a, k) and one scale byte. SR: where columns 2m and
+//     2m + 1 of a row share a Threefry pair (even strides, even last-dim
+//     offset), lanes 2m and 2m + 1 split the calls and exchange the words
+//     (ColumnPairWords); otherwise one call per element.
 //   * Rowwise phase: thread (r, lb) = (t % 64, t / 64) encodes columns
 //     16 lb .. 16 lb + 15 of row r (two or four 16-byte shared loads) and
 //     stores 16 packed codes (8 bytes) and a scale byte.
