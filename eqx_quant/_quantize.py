@@ -188,8 +188,7 @@ def _tensor_scaling_forward(config: _Config, x: Array, quantizer) -> tuple[Scale
         rowwise=part(data=row, data_layout="N") if layout.has_rowwise else None,
         colwise=part(data=col, data_layout="T", is_colwise=True) if layout.has_colwise else None,
     )
-    dbias = reference.cast_canonical(dbias, x.dtype) if config.with_dbias else None
-    return tensor, dbias
+    return tensor, dbias if config.with_dbias else None
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))

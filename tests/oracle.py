@@ -131,11 +131,17 @@ def dbias(x, flatten_axis: int, keep: int = 0) -> np.ndarray:
     return np.asarray(f, dtype=F32)
 
 
+def canonical_nan_cast(v, dtype) -> np.ndarray:
+    """float32 `v` cast (RNE, overflow to inf) to `dtype`, every NaN the positive quiet NaN."""
+    v = np.asarray(v, F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(np.where(np.isnan(v), F32(np.nan), v).astype(dtype))
+
+
 def dbias_cast(x, flatten_axis: int) -> np.ndarray:
     """Public dbias result: float32 tree sum over axes 0..fa-1, cast (RNE) to x's dtype."""
     x = np.asarray(x)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(dbias(x, flatten_axis, 0).astype(x.dtype))
+    return canonical_nan_cast(dbias(x, flatten_axis, 0), x.dtype)
 
 
 def quantize_tensor(x, scale, q_dtype, flatten_axis: int, rowwise: bool, colwise: bool) -> dict:

@@ -321,7 +321,7 @@ def test_dbias_current_scaling_node_sums(rows):
         with_dbias=True, impl="ffi", scale_from_amax=True, dbias_split=64,
     )
     with jax.default_device(CUDA):
-        *_, dbias = fp8_quantize_op.bind_inner(
+        *_, dbias, _ = fp8_quantize_op.bind_inner(
             jax.device_put(x, CUDA), jnp.ones((1,), jnp.float32), params=params
         )
     want = np.stack([oracle.tree_sum(chunk, 0) for chunk in x.reshape(64, rows // 64, 264)])

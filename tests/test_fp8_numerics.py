@@ -165,27 +165,59 @@ def test_dbias_bit_exact(shape, fa, xd, impl):
 
 
 @pytest.mark.parametrize("impl", impls())
-@pytest.mark.parametrize("split", [2, 8, 64])
-def test_dbias_split_nodes_with_node_zero_finished(impl, split):
+@pytest.mark.parametrize("xd", X_DTYPES)
+@pytest.mark.parametrize("split", [1, 2, 8, 64])
+def test_dbias_split_nodes_with_node_zero_finished(impl, split, xd):
     """The kernel's dbias split (inner primitive): node p holds the tree sum of its chunk of
     rows, except node 0, which holds the tree over all nodes, i.e. the whole axis' sum, which
-    `_finish_dbias` takes. With a kept leading axis (dbias_keep=1), one split per kept index."""
+    `_finish_dbias` takes; `dbias_cast` is node 0 in x's dtype (NaN canonical). With a kept
+    leading axis (dbias_keep=1), one split per kept index."""
     from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
 
-    x = np.array(random_input((3, 128, 24), np.float32, seed=split))
+    x = np.array(random_input((3, 128, 24), X_DTYPES[xd], seed=split))
     x[1, 100, 3] = np.nan  # in a later node: reaches node 0 (as the canonical NaN)
     params = Fp8QuantizeParams(
         q_dtype="float8_e4m3fn", flatten_axis=2, rowwise=True, colwise=False,
-        with_dbias=True, impl=impl, dbias_keep=1, dbias_split=split,
+        with_dbias=True, impl=impl, dbias_keep=1, dbias_split=split, dbias_cast=True,
     )
-    *_, dbias = fp8_quantize_op.bind_inner(
+    *_, dbias, cast = fp8_quantize_op.bind_inner(
         jnp.asarray(x), jnp.ones((1,), jnp.float32), params=params
     )
     assert dbias.shape == (3, split, 24)
-    chunks = x.reshape(3, split, 128 // split, 24)
+    chunks = x.astype(np.float32).reshape(3, split, 128 // split, 24)
     want = np.stack([[oracle.tree_sum(rows, 0) for rows in xk] for xk in chunks])
-    want[:, 0] = np.stack([oracle.tree_sum(xk, 0) for xk in x])
+    want[:, 0] = np.stack([oracle.tree_sum(xk, 0) for xk in x.astype(np.float32)])
     f32_bits_equal(dbias, want, "dbias nodes")
+    assert cast.dtype == x.dtype and cast.shape == (3, 24)
+    bytes_equal(cast, oracle.canonical_nan_cast(want[:, 0], x.dtype), "dbias_cast")
+
+
+def _rounding_cases(dtype) -> np.ndarray:
+    """Two rows whose float32 sum is every finite `dtype` value a plus exactly half its ulp
+    (a tie), 1/4 and 3/4 of it, and their negations, in the same sign and the other."""
+    info = ml_dtypes.finfo(dtype)
+    a = np.arange(2**16, dtype=np.uint16).view(dtype).astype(np.float32)
+    a = a[np.isfinite(a)]
+    _, exp2 = np.frexp(a)  # a = f * 2^exp2, 0.5 <= |f| < 1
+    half_ulp = np.ldexp(np.float32(1), np.maximum(exp2 - 1, info.minexp) - info.nmant - 1)
+    rows = [
+        (a, (np.sign(a) * s * half_ulp).astype(np.float32))
+        for s in (1.0, 0.5, 1.5, -1.0, -0.5, -1.5)
+    ]
+    x = np.concatenate([np.stack(r) for r in rows], axis=1)
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("xd", ["bf16", "f16"])
+def test_dbias_cast_rounds_to_nearest_even(impl, xd):
+    """The dbias cast to x's dtype (in the kernel, common/float_narrow.h) rounds to nearest
+    even at every binade of bf16 / f16, subnormals and overflow to inf included."""
+    dtype = X_DTYPES[xd]
+    x = _rounding_cases(dtype)
+    quantizer = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)
+    _, dbias = jax.jit(lambda x: eqq.quantize_dbias(x, quantizer, 1, impl=impl))(jnp.asarray(x))
+    bytes_equal(dbias, oracle.dbias_cast(x, 1), "dbias")
 
 
 @pytest.mark.skipif("cpu" not in eqq.native_platforms(), reason="CPU kernel not built")

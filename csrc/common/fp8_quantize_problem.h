@@ -47,6 +47,9 @@ struct Fp8QuantizeProblem {
   // A power of two <= kMaxDbiasSplit.
   int64_t dbias_split = 1;
   std::vector<int64_t> dbias_reduced_dims;
+  // Also write node 0 of each tree, finished, in the input type (NaN
+  // canonical; common/float_narrow.h) to dbias_cast. Needs with_dbias.
+  bool dbias_cast = false;
 };
 
 // Data pointers for one call; the per-example blocks are contiguous.
@@ -57,7 +60,8 @@ struct Fp8QuantizeBuffers {
   uint8_t* col = nullptr;        // batch x cols x rows, if colwise
   float* scale_inv = nullptr;    // batch
   float* amax = nullptr;         // batch
-  float* dbias = nullptr;  // batch x dbias_kept_rows x cols, if with_dbias
+  float* dbias = nullptr;  // batch x dbias_kept_rows x split x cols
+  void* dbias_cast = nullptr;  // batch x dbias_kept_rows x cols, InputType
 };
 
 }  // namespace eqx_quant

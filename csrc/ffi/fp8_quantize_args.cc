@@ -24,7 +24,8 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
     const ffi::AnyBuffer& x, const ffi::Buffer<ffi::F32>& scale,
     const ffi::AnyBuffer& row, const ffi::AnyBuffer& col,
     const ffi::Buffer<ffi::F32>& scale_inv, const ffi::Buffer<ffi::F32>& amax,
-    const ffi::Buffer<ffi::F32>& dbias, const Fp8QuantizeAttrs& attrs) {
+    const ffi::Buffer<ffi::F32>& dbias, const ffi::AnyBuffer& dbias_cast,
+    const Fp8QuantizeAttrs& attrs) {
   Fp8QuantizeProblem problem;
 
   // Input element type.
@@ -161,6 +162,27 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
                                      dbias_note)) {
     return *error;
   }
+  const std::string cast_note = "dbias_cast=" + BoolString(attrs.dbias_cast);
+  if (attrs.dbias_cast && !attrs.with_dbias) {
+    return kErrors.Fail("dbias_cast=true needs with_dbias=true");
+  }
+  if (attrs.dbias_cast) {
+    if (auto error = kErrors.Shape(
+            "dbias_cast", dbias_cast.dimensions(),
+            Concat({batch_dims, kept_dims, col_dims}),
+            "B + S[:dbias_keep] + S[flatten_axis:], " + cast_note)) {
+      return *error;
+    }
+    if (dbias_cast.element_type() != x.element_type()) {
+      return kErrors.Fail("dbias_cast has element type " +
+                          DataTypeName(dbias_cast.element_type()) +
+                          " but expected " + DataTypeName(x.element_type()) +
+                          " (the element type of x)");
+    }
+  } else if (auto error = kErrors.Shape("dbias_cast", dbias_cast.dimensions(),
+                                        empty_shape, cast_note)) {
+    return *error;
+  }
 
   problem.format = *format;
   problem.batch = Product(batch_dims);
@@ -169,6 +191,7 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
   problem.rowwise = attrs.rowwise;
   problem.colwise = attrs.colwise;
   problem.with_dbias = attrs.with_dbias;
+  problem.dbias_cast = attrs.dbias_cast;
   problem.scale_from_amax = attrs.scale_from_amax;
   problem.dbias_kept_rows = Product(kept_dims);
   problem.dbias_split = attrs.dbias_split;

@@ -20,6 +20,7 @@ struct Fp8QuantizeAttrs {
   bool rowwise = false;
   bool colwise = false;
   bool with_dbias = false;
+  bool dbias_cast = false;
   bool scale_from_amax = false;
 };
 
@@ -33,7 +34,7 @@ xla::ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
     const xla::ffi::Buffer<xla::ffi::F32>& scale_inv,
     const xla::ffi::Buffer<xla::ffi::F32>& amax,
     const xla::ffi::Buffer<xla::ffi::F32>& dbias,
-    const Fp8QuantizeAttrs& attrs);
+    const xla::ffi::AnyBuffer& dbias_cast, const Fp8QuantizeAttrs& attrs);
 
 }  // namespace eqx_quant
 

@@ -10,10 +10,15 @@
 //                                  B + S[fa:] + S[:fa] if colwise, else (0,)
 //   Ret 2  scale_inv  Buffer<F32>  B + (1,)
 //   Ret 3  amax       Buffer<F32>  B + (1,)
-//   Ret 4  dbias      Buffer<F32>  B + S[:dbias_keep] + S[fa:] if with_dbias,
+//   Ret 4  dbias      Buffer<F32>  B + S[:dbias_keep] + (dbias_split,) +
+//                                  S[fa:] if with_dbias, else (0,)
+//   Ret 5  dbias_cast AnyBuffer    x's element type; B + S[:dbias_keep] +
+//                                  S[fa:] if dbias_cast (node 0 of each
+//                                  tree, finished, cast with NaN canonical),
 //                                  else (0,)
 //   Attrs  n_batch: int64, flatten_axis: int64, dbias_keep: int64,
-//          rowwise: bool, colwise: bool, with_dbias: bool,
+//          dbias_split: int64, rowwise: bool, colwise: bool,
+//          with_dbias: bool, dbias_cast: bool (needs with_dbias),
 //          scale_from_amax: bool (scale is the fallback of current scaling)
 //
 // A handler implementation bound with this schema has the parameters
@@ -24,8 +29,10 @@
 //   xla::ffi::ResultBuffer<xla::ffi::F32> scale_inv,
 //   xla::ffi::ResultBuffer<xla::ffi::F32> amax,
 //   xla::ffi::ResultBuffer<xla::ffi::F32> dbias,
+//   xla::ffi::Result<xla::ffi::AnyBuffer> dbias_cast,
 //   int64_t n_batch, int64_t flatten_axis, int64_t dbias_keep,
-//   bool rowwise, bool colwise, bool with_dbias, bool scale_from_amax
+//   int64_t dbias_split, bool rowwise, bool colwise, bool with_dbias,
+//   bool dbias_cast, bool scale_from_amax
 
 #ifndef EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
 #define EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
@@ -49,6 +56,7 @@ auto BindFp8QuantizeOperands(Binding binding) {
       .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // scale_inv
       .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // amax
       .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // dbias
+      .template Ret<xla::ffi::AnyBuffer>()              // dbias_cast
       .template Attr<int64_t>("n_batch")
       .template Attr<int64_t>("flatten_axis")
       .template Attr<int64_t>("dbias_keep")
@@ -56,6 +64,7 @@ auto BindFp8QuantizeOperands(Binding binding) {
       .template Attr<bool>("rowwise")
       .template Attr<bool>("colwise")
       .template Attr<bool>("with_dbias")
+      .template Attr<bool>("dbias_cast")
       .template Attr<bool>("scale_from_amax");
 }
 

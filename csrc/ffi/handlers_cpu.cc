@@ -19,14 +19,22 @@ ffi::Error Fp8QuantizeCpuImpl(
     ffi::AnyBuffer x, ffi::Buffer<ffi::F32> scale,
     ffi::Result<ffi::AnyBuffer> row, ffi::Result<ffi::AnyBuffer> col,
     ffi::ResultBuffer<ffi::F32> scale_inv, ffi::ResultBuffer<ffi::F32> amax,
-    ffi::ResultBuffer<ffi::F32> dbias, int64_t n_batch, int64_t flatten_axis,
-    int64_t dbias_keep, int64_t dbias_split, bool rowwise, bool colwise,
-    bool with_dbias, bool scale_from_amax) {
-  const Fp8QuantizeAttrs attrs{n_batch,     flatten_axis, dbias_keep,
-                               dbias_split, rowwise,      colwise,
-                               with_dbias,  scale_from_amax};
+    ffi::ResultBuffer<ffi::F32> dbias, ffi::Result<ffi::AnyBuffer> dbias_cast,
+    int64_t n_batch, int64_t flatten_axis, int64_t dbias_keep,
+    int64_t dbias_split, bool rowwise, bool colwise, bool with_dbias,
+    bool with_dbias_cast, bool scale_from_amax) {
+  Fp8QuantizeAttrs attrs;
+  attrs.n_batch = n_batch;
+  attrs.flatten_axis = flatten_axis;
+  attrs.dbias_keep = dbias_keep;
+  attrs.dbias_split = dbias_split;
+  attrs.rowwise = rowwise;
+  attrs.colwise = colwise;
+  attrs.with_dbias = with_dbias;
+  attrs.dbias_cast = with_dbias_cast;
+  attrs.scale_from_amax = scale_from_amax;
   ffi::ErrorOr<Fp8QuantizeProblem> problem = CheckFp8QuantizeOperands(
-      x, scale, *row, *col, *scale_inv, *amax, *dbias, attrs);
+      x, scale, *row, *col, *scale_inv, *amax, *dbias, *dbias_cast, attrs);
   if (!problem.has_value()) return problem.error();
 
   Fp8QuantizeBuffers buffers;
@@ -37,6 +45,7 @@ ffi::Error Fp8QuantizeCpuImpl(
   buffers.scale_inv = scale_inv->typed_data();
   buffers.amax = amax->typed_data();
   buffers.dbias = dbias->typed_data();
+  buffers.dbias_cast = dbias_cast->untyped_data();
 
   // XLA's CPU runtime runs with flush-to-zero; the op is specified with IEEE
   // subnormals (the kernel lives in another translation unit, so no float

@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/float_narrow.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "kernels/fp8_quantize_cuda.h"
@@ -79,6 +80,7 @@ struct DbiasCastParams {
   float* scale_inv;
   float* amax;   // zeroed by InitKernel
   float* dbias;  // split x cols node sums; node 0 finished in phase 2
+  void* dbias_cast;  // node 0 in the input type, or null
   int64_t cols;
   int64_t row_vectors;  // cols / kVec
   int64_t slabs;        // ceil(row_vectors / kSlabVectors)
@@ -310,8 +312,10 @@ __device__ __forceinline__ void FinishSubTile(const DbiasCastParams& p,
 // columns go to the blocks from the last one down, which have one sub-tile
 // fewer to cast when the items do not divide evenly (blockIdx.x >= items %
 // gridDim.x), so the work fills their idle end instead of delaying the
-// others' cast (at the start of phase 2 it cost the op 1.2-3 us).
-__device__ __forceinline__ void FinishNodeZero(float* dbias, int64_t cols,
+// others' cast (at the start of phase 2 it cost the op 1.2-3 us). With
+// `cast` (not null), node 0 also goes there in the input type `type`.
+__device__ __forceinline__ void FinishNodeZero(float* dbias, void* cast,
+                                               InputType type, int64_t cols,
                                                int64_t split) {
   const int lane = threadIdx.x % kFinishLanes;
   const int per =
@@ -338,7 +342,11 @@ __device__ __forceinline__ void FinishNodeZero(float* dbias, int64_t cols,
     }
     // Every lane has read its nodes (the shuffles above) before node 0 is
     // overwritten.
-    if (lane == 0) dbias[col] = CanonicalNan(sum);
+    if (lane == 0) {
+      const float total = CanonicalNan(sum);
+      dbias[col] = total;
+      if (cast != nullptr) StoreNarrowed(type, cast, col, total);
+    }
   }
 }
 
@@ -485,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     CastSub<In, kFormat>(p, ta, a, scale);
     if (second) CastSub<In, kFormat>(p, tb, b, scale);
   }
-  FinishNodeZero(p.dbias, p.cols, p.split);
+  FinishNodeZero(p.dbias, p.dbias_cast, In::kType, p.cols, p.split);
 }
 
 // Work items: max(L, 128)-row runs x column slabs.
@@ -515,6 +523,7 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
   p.scale_inv = buffers.scale_inv;
   p.amax = buffers.amax;
   p.dbias = buffers.dbias;
+  p.dbias_cast = problem.dbias_cast ? buffers.dbias_cast : nullptr;
   p.cols = problem.cols;
   p.row_vectors = problem.cols / In::kVec;
   p.slabs = (p.row_vectors + kSlabVectors - 1) / kSlabVectors;

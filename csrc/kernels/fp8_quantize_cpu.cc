@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/float_narrow.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "common/tree_sum.h"
@@ -282,6 +283,18 @@ void QuantizeAll(const Fp8QuantizeProblem& problem,
           problem, x + b * elements, scale, row, col,
           buffers.dbias + b * dbias_elements, workspace, buffers.amax + b);
       CanonicalizeNans(buffers.dbias + b * dbias_elements, dbias_elements);
+      if (problem.dbias_cast) {
+        // Node 0 of each kept row's tree, in the input type.
+        const float* nodes = buffers.dbias + b * dbias_elements;
+        const int64_t first = b * problem.dbias_kept_rows * problem.cols;
+        for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
+          for (int64_t c = 0; c < problem.cols; ++c) {
+            StoreNarrowed(problem.input_type, buffers.dbias_cast,
+                          first + kept * problem.cols + c,
+                          nodes[kept * problem.dbias_split * problem.cols + c]);
+          }
+        }
+      }
     } else {
       QuantizeExample<Input, Format, false>(problem, x + b * elements, scale,
                                             row, col, nullptr, workspace,

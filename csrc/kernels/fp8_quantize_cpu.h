@@ -19,6 +19,8 @@ namespace eqx_quant::cpu {
 //                  per kept row, the dbias_split node sums of the split axis
 //                  with node 0 replaced by the tree over all of them (the
 //                  whole axis' tree)
+//   dbias_cast[b] = node 0 of each kept row in the input type (if
+//                  dbias_cast; common/float_narrow.h)
 // The product is one IEEE f32 multiply and the sums IEEE f32 adds: the caller
 // must run this with round-to-nearest and without flush-to-zero /
 // denormals-are-zero (see common/scoped_ieee_float_env.h).

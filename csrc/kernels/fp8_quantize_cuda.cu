@@ -58,7 +58,9 @@
 //          from the finished amax and writes scale_inv.
 //   4. With dbias split into several nodes (dbias_split > 1):
 //      FinishDbiasNodesKernel sums each split's nodes into its node 0 (so
-//      XLA does not finish the tree in one small kernel per level).
+//      XLA does not finish the tree in one small kernel per level), and with
+//      dbias_cast writes node 0 in the input type too (also with one node:
+//      then it is only that cast). DbiasCurrentCastKernel does both itself.
 // No kernel spills (ptxas -warn-spills is on in CMake).
 
 #include <cuda_runtime.h>
@@ -66,6 +68,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/float_narrow.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "kernels/column_tree_sums_cuda.h"
@@ -258,7 +261,8 @@ LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
 // ---------------------------------------------------------------------------
 // 4. Node 0 of each dbias split := the tree over its `split` node sums (a
 // power of two <= kMaxDbiasSplit, so a perfect pairwise tree), which is the
-// split axis' whole tree; the other nodes are left as they are. A block takes
+// split axis' whole tree; the other nodes are left as they are. With `cast`
+// (not null), node 0 also goes there in the input type. A block takes
 // 32 columns of one (example, kept row): warp w sums the kPer = split /
 // kSlices consecutive nodes of slice w (a perfect subtree, all its loads in
 // flight at once), and warp 0 sums the kSlices slice sums.
@@ -267,8 +271,8 @@ constexpr int kFinishMaxSlices = 8;
 
 template <int kSlices, int kPer>
 __global__ void __launch_bounds__(32 * kSlices)
-    FinishDbiasNodesKernel(float* __restrict__ dbias, int64_t trees,
-                           int64_t cols) {
+    FinishDbiasNodesKernel(float* __restrict__ dbias, void* __restrict__ cast,
+                           InputType type, int64_t trees, int64_t cols) {
   constexpr int64_t kSplit = int64_t{kSlices} * kPer;
   __shared__ float slice_sums[kSlices][32];
   const int slice = threadIdx.x / 32;
@@ -290,14 +294,19 @@ __global__ void __launch_bounds__(32 * kSlices)
 #pragma unroll
       for (int w = 0; w < kSlices; ++w) v[w] = slice_sums[w][lane];
       PairwiseTree<kSlices>(v);
-      nodes[0] = CanonicalNan(v[0]);
+      const float total = CanonicalNan(v[0]);
+      nodes[0] = total;
+      if (cast != nullptr) {
+        StoreNarrowed(type, cast, (work / col_chunks) * cols + col, total);
+      }
     }
     __syncthreads();  // the slice sums are read before the next work item
   }
 }
 
 bool FinishDbiasApplies(const Fp8QuantizeProblem& problem) {
-  return problem.with_dbias && problem.dbias_split > 1 && problem.cols > 0 &&
+  return problem.with_dbias &&
+         (problem.dbias_split > 1 || problem.dbias_cast) && problem.cols > 0 &&
          problem.batch * problem.dbias_kept_rows > 0;
 }
 
@@ -310,7 +319,8 @@ LaunchStatus LaunchFinishSlices(const Fp8QuantizeProblem& problem,
   const int64_t blocks = std::min<int64_t>(work, int64_t{sms} * 16);
   FinishDbiasNodesKernel<kSlices, kPer>
       <<<static_cast<unsigned>(blocks), 32 * kSlices, 0, stream>>>(
-          buffers.dbias, trees, problem.cols);
+          buffers.dbias, problem.dbias_cast ? buffers.dbias_cast : nullptr,
+          problem.input_type, trees, problem.cols);
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {
     return Failed(error, "launching FinishDbiasNodesKernel");
@@ -318,12 +328,14 @@ LaunchStatus LaunchFinishSlices(const Fp8QuantizeProblem& problem,
   return LaunchStatus{};
 }
 
-// split is a power of two in [2, kMaxDbiasSplit] (the FFI layer checks it).
+// split is a power of two <= kMaxDbiasSplit (the FFI layer checks it).
 LaunchStatus LaunchFinishDbias(const Fp8QuantizeProblem& problem,
                                const Fp8QuantizeBuffers& buffers,
                                cudaStream_t stream, int sms) {
   static_assert(kMaxDbiasSplit == 8 * kFinishMaxSlices, "one case per split");
   switch (problem.dbias_split) {
+    case 1:  // only the cast
+      return LaunchFinishSlices<1, 1>(problem, buffers, stream, sms);
     case 2:
       return LaunchFinishSlices<2, 1>(problem, buffers, stream, sms);
     case 4:

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
 #include "kernels/cp_async_cuda.cuh"
 #include "kernels/fp8_convert_cuda.cuh"
 
@@ -21,6 +22,7 @@ namespace eqx_quant::cuda::fp8 {
 // Element types.
 
 struct F32Input {
+  static constexpr InputType kType = InputType::kF32;
   using Storage = float;
   static constexpr int kVec = 4;  // elements per 16-byte load
   static __device__ __forceinline__ float Scalar(const float* p) {
@@ -43,6 +45,7 @@ __device__ __forceinline__ float HalfBitsToFloat(uint16_t bits) {
 }
 
 struct F16Input {
+  static constexpr InputType kType = InputType::kF16;
   using Storage = uint16_t;
   static constexpr int kVec = 8;
   static __device__ __forceinline__ float Scalar(const uint16_t* p) {
@@ -60,6 +63,7 @@ struct F16Input {
 };
 
 struct Bf16Input {
+  static constexpr InputType kType = InputType::kBF16;
   using Storage = uint16_t;
   static constexpr int kVec = 8;
   static __device__ __forceinline__ float Scalar(const uint16_t* p) {

@@ -1,7 +1,7 @@
 """The FP8 per-tensor quantize op: cast rowwise, cast + transpose colwise, amax, fused dbias.
 
-One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX reference:
-`eqx_quant_fp8_quantize(x, scale) -> (row, col, scale_inv, amax, dbias)` with
+One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX reference. The public
+(outer) primitive is `fp8_quantize(x, scale) -> (row, col, scale_inv, amax, dbias)` with
 
 - `x`: `B + S` (B = `n_batch` vmapped dims), `scale`: `B + (1,)` float32 (with
   `scale_from_amax`, current scaling inside the op: each example's scale is
@@ -9,14 +9,19 @@ One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX referenc
   amax that is 0, NaN or Inf);
 - `row`: `B + S` fp8 or (0,); `col`: `B + S[fa:] + S[:fa]` fp8 or (0,);
 - `scale_inv`, `amax`: `B + (1,)` float32 (amax = max |x| ignoring NaN, per example);
-- `dbias`: float32 canonical tree sums (see `reference/_tree.py`) or (0,). The public
-  (outer) primitive returns them fully reduced, `B + S[fa:]`; the kernel (inner primitive)
-  returns `B + S[:keep] + (split,) + S[fa:]`: the leading `keep` reduced axes unreduced (they
-  are sharded) and axis `keep` as the `split` node sums of its tree (so a GPU can spread the
-  reduction over many blocks), with node 0 overwritten by the kernel's own finishing tree over
-  all nodes (the axis' whole local tree; the other nodes keep their sums). `_finish_dbias` takes
-  node 0 and completes the tree over the sharded axes, gathering their partial sums: the
-  result is bit-identical under any power-of-two sharding.
+- `dbias`: `B + S[fa:]` in x's dtype, or (0,): the float32 canonical tree sum (see
+  `reference/_tree.py`) over `S[:fa]`, cast with NaN canonical (`reference.cast_canonical`).
+
+The kernel (inner primitive, `eqx_quant_fp8_quantize`) returns a sixth output, and its dbias
+is partial: `dbias` is float32 `B + S[:keep] + (split,) + S[fa:]`, the leading `keep` reduced
+axes unreduced (they are sharded) and axis `keep` as the `split` node sums of its tree (so a
+GPU can spread the reduction over many blocks), with node 0 overwritten by the kernel's own
+finishing tree over all nodes (the axis' whole local tree; the other nodes keep their sums);
+`dbias_cast` (with the `dbias_cast` param, else (0,)) is node 0 in x's dtype,
+`B + S[:keep] + S[fa:]`. When the local tree is the whole tree (no reduced axis sharded) the
+op returns `dbias_cast` as is, so no XLA kernel has to slice and cast; otherwise
+`_finish_dbias` takes node 0 and completes the tree over the sharded axes, gathering their
+partial sums (bit-identical under any power-of-two sharding), and casts.
 """
 
 import dataclasses
@@ -53,6 +58,7 @@ class Fp8QuantizeParams:
     n_batch: int = 0
     dbias_keep: int = 0  # inner primitive only
     dbias_split: int = 1  # inner primitive only
+    dbias_cast: bool = False  # inner primitive only
 
     def ffi_attrs(self) -> dict:
         return dict(
@@ -63,38 +69,41 @@ class Fp8QuantizeParams:
             rowwise=bool(self.rowwise),
             colwise=bool(self.colwise),
             with_dbias=bool(self.with_dbias),
+            dbias_cast=bool(self.dbias_cast),
             scale_from_amax=bool(self.scale_from_amax),
         )
 
 
-def _avals(params, x, dbias_form: str):
-    """Result avals; `dbias_form` is "public" (`B + S[fa:]`) or "kernel" (split partials)."""
-    nb, fa, keep = params.n_batch, params.flatten_axis, params.dbias_keep
+def _avals(params, x):
+    """The four results that the public and the inner primitive share."""
+    nb, fa = params.n_batch, params.flatten_axis
     batch, s = x.shape[:nb], x.shape[nb:]
     q = jnp.dtype(params.q_dtype)
-    if not params.with_dbias:
-        dbias = (0,)
-    elif dbias_form == "public":
-        dbias = batch + s[fa:]
-    else:
-        dbias = batch + s[:keep] + (params.dbias_split,) + s[fa:]
     return (
         ShapedArray(x.shape if params.rowwise else (0,), q),
         ShapedArray(batch + s[fa:] + s[:fa] if params.colwise else (0,), q),
         ShapedArray(batch + (1,), jnp.float32),
         ShapedArray(batch + (1,), jnp.float32),
-        ShapedArray(dbias, jnp.float32),
     )
 
 
 def _abstract_eval(params, x, scale):
     del scale
-    return _avals(params, x, "public")
+    nb, fa = params.n_batch, params.flatten_axis
+    dbias = x.shape[:nb] + x.shape[nb + fa :] if params.with_dbias else (0,)
+    return _avals(params, x) + (ShapedArray(dbias, x.dtype),)
 
 
 def _inner_abstract_eval(params, x, scale):
     del scale
-    return _avals(params, x, "kernel")
+    nb, fa, keep = params.n_batch, params.flatten_axis, params.dbias_keep
+    batch, s = x.shape[:nb], x.shape[nb:]
+    nodes = batch + s[:keep] + (params.dbias_split,) + s[fa:] if params.with_dbias else (0,)
+    cast = batch + s[:keep] + s[fa:] if params.dbias_cast else (0,)
+    return _avals(params, x) + (
+        ShapedArray(nodes, jnp.float32),
+        ShapedArray(cast, x.dtype),
+    )
 
 
 def _reference(params, x, scale):
@@ -114,11 +123,18 @@ def _reference(params, x, scale):
 
     nb = params.n_batch
     if nb == 0:
-        return one(x, scale)
-    flat_x = x.reshape((-1,) + x.shape[nb:])
-    outs = jax.vmap(one)(flat_x, scale.reshape((-1, 1)))
-    avals = _avals(params, x, "kernel")
-    return tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+        outs = one(x, scale)
+    else:
+        flat_x = x.reshape((-1,) + x.shape[nb:])
+        outs = jax.vmap(one)(flat_x, scale.reshape((-1, 1)))
+    avals = _inner_abstract_eval(params, x, scale)
+    outs = tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+    if params.dbias_cast:
+        node0 = lax.index_in_dim(outs[4], 0, nb + params.dbias_keep, keepdims=False)
+        cast = reference.cast_canonical(node0, x.dtype)
+    else:
+        cast = jnp.zeros((0,), x.dtype)
+    return outs + (cast,)
 
 
 def _batch(params, args, dims):
@@ -169,17 +185,26 @@ def _local(params, example_spec, bind_inner, x, scale):
         # at that depth are then equal chunks (with a remainder they would not be).
         length = x.shape[nb + keep]
         split = min(DBIAS_SPLIT, length & -length) if length > 0 else 1
-    inner = dataclasses.replace(params, dbias_keep=keep, dbias_split=split)
+    # The kernel's node 0 is the whole dbias when no reduced axis is sharded.
+    cast_in_kernel = params.with_dbias and not sharded_reduced
+    inner = dataclasses.replace(
+        params, dbias_keep=keep, dbias_split=split, dbias_cast=cast_in_kernel
+    )
     amax_axes = tuple(a for e in example_spec for a in _sharding.axes_of(e))
     if params.scale_from_amax and amax_axes:
         # The scale needs the global amax before the cast: one more pass over the local x.
         scale = _global_current_scale(params, x, scale, amax_axes)
         inner = dataclasses.replace(inner, scale_from_amax=False)
-    row, col, scale_inv, amax, dbias = bind_inner(x, scale, params=inner)
+    row, col, scale_inv, amax, dbias, dbias_cast = bind_inner(x, scale, params=inner)
     if amax_axes:
         amax = lax.pmax(amax, amax_axes)
-    if params.with_dbias:
+    if cast_in_kernel:
+        dbias = dbias_cast
+    elif params.with_dbias:
         dbias = _finish_dbias(dbias, nb, keep, example_spec[:fa])
+        dbias = reference.cast_canonical(dbias, x.dtype)
+    else:
+        dbias = jnp.zeros((0,), x.dtype)
     return row, col, scale_inv, amax, dbias
 
 
