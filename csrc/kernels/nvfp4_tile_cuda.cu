@@ -7,8 +7,9 @@
 // blocks and 2D tiles never straddle tiles; rows beyond K and columns beyond
 // L are zero in shared memory (zero padding changes no block amax) and are
 // not written. The next tile is fetched while the current one is processed
-// (two buffers): cp.async of 16-byte row vectors when L is a multiple of a
-// vector and x is 16-byte aligned, else scalar loads stored to shared memory.
+// (three buffers, one barrier per tile): cp.async of 16-byte row vectors when
+// L is a multiple of a vector and x is 16-byte aligned, else scalar loads
+// stored to shared memory.
 // Launched with programmatic dependent launch: the first tile is fetched
 // before the wait for the amax kernel. Codes are stored packed (F4E2M1FN:
 // 16 codes = 8 bytes; nibble stores where a run shares a byte).
@@ -50,6 +51,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kTile = 64;  // tile rows (k) and columns (l)
+// Tile buffers: tile g + 1 is fetched into the buffer that tile g - 2 was
+// read from, so the barrier every thread passes before reading tile g (all
+// of tile g - 1's readers have finished, and so those of g - 2) also frees
+// the buffer, and no barrier ends an iteration.
+constexpr int kBuffers = 3;
 
 struct TileParams {
   const void* x;
@@ -122,8 +128,14 @@ __device__ __forceinline__ TileAt Locate(const TileParams& p, uint64_t g) {
   return at;
 }
 
+// Resident CTAs per SM: 3 without SR (up to 85 registers, so the tile's
+// place stays in registers; with 4 CTAs and 64 registers each use waited for
+// a shared-memory load: 1.4% slower at 8192^2), 2 with SR.
+template <bool kSr>
+constexpr int kTileMinBlocks = kSr ? kQuantizeMinBlocks<kSr> : 3;
+
 template <typename In, bool kRht, bool kSr>
-__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
+__global__ void __launch_bounds__(kThreads, kTileMinBlocks<kSr>)
     TileKernel(const __grid_constant__ TileParams p) {
   using Storage = typename In::Storage;
   constexpr int kSize = sizeof(Storage);
@@ -132,8 +144,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
   constexpr int kVecPerRow = kTile / kVec;
   constexpr int kVecPerThread = kTile * kVecPerRow / kThreads;
   constexpr int kElemPerThread = kTile * kTile / kThreads;
-  __shared__ __align__(16) uint8_t tile[2][kTile * kStride];
-  __shared__ TileAt tile_at[2];  // where the tile in each buffer lies
+  __shared__ __align__(16) uint8_t tile[kBuffers][kTile * kStride];
+  __shared__ TileAt tile_at[kBuffers];  // where the tile in each buffer lies
   __shared__ uint32_t tile_key[kTile / kB][kTile / kB];
   // The encode multipliers of the 128 scale bytes (rowwise, colwise) of the
   // current example (an IEEE division each: computed once per example).
@@ -190,11 +202,14 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
   // The amax kernel (programmatic launch) has finished from here on; the
   // first tile of x, which it does not write, is already on its way.
   WaitForPrerequisiteGrids();
-  for (; g < p.total_tiles; g += gridDim.x, cur ^= 1) {
-    if (g + gridDim.x < p.total_tiles) fetch(g + gridDim.x, cur ^ 1);
+  for (; g < p.total_tiles; g += gridDim.x, cur = (cur + 1) % kBuffers) {
+    if (g + gridDim.x < p.total_tiles) {
+      fetch(g + gridDim.x, (cur + 1) % kBuffers);
+    }
     AsyncCommit();
     AsyncWaitGroup<1>();      // this thread's part of tile g is in
-    __syncthreads();          // everyone's part is, and tile_at[cur]
+    __syncthreads();          // everyone's part is, and tile_at[cur]; every
+                              // thread has left the last iteration
 
     const int64_t ex = tile_at[cur].ex;
     if (ex != cached_ex) {  // the same in the whole CTA
@@ -210,10 +225,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         key0 = p.key[2 * ex];
         key1 = p.key[2 * ex + 1];
       }
-      __syncthreads();  // the tables are in (their readers passed the last
-                        // iteration's final barrier)
+      __syncthreads();  // the tables are in (their readers of the last
+                        // iteration passed the barrier above)
     }
-    const TileAt& at = tile_at[cur];
+    const TileAt at = tile_at[cur];  // in registers (kTileMinBlocks)
     uint64_t sr_base = 0;  // the A and C terms of the tile's elements
     if constexpr (kSr) {
       sr_base = SrMulti(p.sr, 0, p.k_axis, at.a) +
@@ -324,7 +339,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         p.row_scale[at.rs_off + r * p.clb + lb] = static_cast<uint8_t>(sdb);
       }
     }
-    __syncthreads();  // buffer `cur`, tile_at[cur] and tile_key are free
+    // No barrier: buffer `cur`, tile_at[cur] and tile_key are next written
+    // after the next iteration's barrier (kBuffers).
   }
 }
 
@@ -370,7 +386,7 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   p.sr = sr;
   p.sr_even_strides = sr.n >= 2 && sr.stride[sr.n - 2] % 2 == 0;
   static const int per_sm = ResidentBlocks(TileKernel<In, kRht, kSr>, kThreads,
-                                           kQuantizeMinBlocks<kSr>);
+                                           kTileMinBlocks<kSr>);
   const uint64_t room = static_cast<uint64_t>(SmCount()) * per_sm;
   return LaunchPdl(
       TileKernel<In, kRht, kSr>,
