@@ -11,7 +11,8 @@
 
 namespace eqx_quant {
 
-// The attributes of the op, as bound in fp8_quantize_binding.h.
+// The attributes of the op, as bound in fp8_quantize_binding.h (an
+// aggregate: its members in the order of the binding's struct decoding).
 struct Fp8QuantizeAttrs {
   int64_t n_batch = 0;
   int64_t flatten_axis = 0;

@@ -19,7 +19,8 @@
 //   Attrs  n_batch: int64, flatten_axis: int64, dbias_keep: int64,
 //          dbias_split: int64, rowwise: bool, colwise: bool,
 //          with_dbias: bool, dbias_cast: bool (needs with_dbias),
-//          scale_from_amax: bool (scale is the fallback of current scaling)
+//          scale_from_amax: bool (scale is the fallback of current scaling),
+//          decoded into one Fp8QuantizeAttrs (ffi/fp8_quantize_args.h)
 //
 // A handler implementation bound with this schema has the parameters
 // (after any context parameters, e.g. the CUDA stream):
@@ -30,9 +31,7 @@
 //   xla::ffi::ResultBuffer<xla::ffi::F32> amax,
 //   xla::ffi::ResultBuffer<xla::ffi::F32> dbias,
 //   xla::ffi::Result<xla::ffi::AnyBuffer> dbias_cast,
-//   int64_t n_batch, int64_t flatten_axis, int64_t dbias_keep,
-//   int64_t dbias_split, bool rowwise, bool colwise, bool with_dbias,
-//   bool dbias_cast, bool scale_from_amax
+//   eqx_quant::Fp8QuantizeAttrs attrs
 
 #ifndef EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
 #define EQX_QUANT_CSRC_FFI_FP8_QUANTIZE_BINDING_H_
@@ -40,7 +39,20 @@
 #include <cstdint>
 #include <utility>
 
+#include "ffi/fp8_quantize_args.h"
 #include "xla/ffi/api/ffi.h"
+
+// The attributes, by name, into the struct's members (in declaration order).
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    eqx_quant::Fp8QuantizeAttrs, xla::ffi::StructMember<int64_t>("n_batch"),
+    xla::ffi::StructMember<int64_t>("flatten_axis"),
+    xla::ffi::StructMember<int64_t>("dbias_keep"),
+    xla::ffi::StructMember<int64_t>("dbias_split"),
+    xla::ffi::StructMember<bool>("rowwise"),
+    xla::ffi::StructMember<bool>("colwise"),
+    xla::ffi::StructMember<bool>("with_dbias"),
+    xla::ffi::StructMember<bool>("dbias_cast"),
+    xla::ffi::StructMember<bool>("scale_from_amax"));
 
 namespace eqx_quant {
 
@@ -57,15 +69,7 @@ auto BindFp8QuantizeOperands(Binding binding) {
       .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // amax
       .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // dbias
       .template Ret<xla::ffi::AnyBuffer>()              // dbias_cast
-      .template Attr<int64_t>("n_batch")
-      .template Attr<int64_t>("flatten_axis")
-      .template Attr<int64_t>("dbias_keep")
-      .template Attr<int64_t>("dbias_split")
-      .template Attr<bool>("rowwise")
-      .template Attr<bool>("colwise")
-      .template Attr<bool>("with_dbias")
-      .template Attr<bool>("dbias_cast")
-      .template Attr<bool>("scale_from_amax");
+      .template Attrs<Fp8QuantizeAttrs>();
 }
 
 }  // namespace eqx_quant

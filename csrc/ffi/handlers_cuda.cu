@@ -26,19 +26,7 @@ ffi::Error Fp8QuantizeCudaImpl(
     ffi::Result<ffi::AnyBuffer> row, ffi::Result<ffi::AnyBuffer> col,
     ffi::ResultBuffer<ffi::F32> scale_inv, ffi::ResultBuffer<ffi::F32> amax,
     ffi::ResultBuffer<ffi::F32> dbias, ffi::Result<ffi::AnyBuffer> dbias_cast,
-    int64_t n_batch, int64_t flatten_axis, int64_t dbias_keep,
-    int64_t dbias_split, bool rowwise, bool colwise, bool with_dbias,
-    bool with_dbias_cast, bool scale_from_amax) {
-  Fp8QuantizeAttrs attrs;
-  attrs.n_batch = n_batch;
-  attrs.flatten_axis = flatten_axis;
-  attrs.dbias_keep = dbias_keep;
-  attrs.dbias_split = dbias_split;
-  attrs.rowwise = rowwise;
-  attrs.colwise = colwise;
-  attrs.with_dbias = with_dbias;
-  attrs.dbias_cast = with_dbias_cast;
-  attrs.scale_from_amax = scale_from_amax;
+    Fp8QuantizeAttrs attrs) {
   ffi::ErrorOr<Fp8QuantizeProblem> problem = CheckFp8QuantizeOperands(
       x, scale, *row, *col, *scale_inv, *amax, *dbias, *dbias_cast, attrs);
   if (!problem.has_value()) return problem.error();
