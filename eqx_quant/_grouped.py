@@ -241,8 +241,7 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
 
 def _dbias(x2d, group_sizes, rpu: int, impl: str, tail: tuple[int, ...]):
     params = GroupedParams(kind="dbias", rows_per_unit=rpu, impl=impl)
-    (db,) = grouped_dbias_op.bind(x2d, group_sizes, params=params)
-    db = reference.cast_canonical(db, x2d.dtype)
+    (db,) = grouped_dbias_op.bind(x2d, group_sizes, params=params)  # in x's dtype
     return db.reshape((group_sizes.shape[0],) + tail)
 
 

@@ -105,12 +105,12 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
 
 
 def dbias(dx, fa: int, impl: str):
-    """The bias gradient of `quantize_dbias` for block formats: the FP8 op's canonical tree
-    sum (its rowwise bytes are not used). Not yet fused into the block kernels."""
+    """The bias gradient of `quantize_dbias` for block formats: the FP8 op with no FP8 output,
+    its canonical tree sum only (one more read of `dx`; not yet fused into the block kernels)."""
     params = Fp8QuantizeParams(
         q_dtype="float8_e4m3fn",
         flatten_axis=fa,
-        rowwise=True,
+        rowwise=False,
         colwise=False,
         with_dbias=True,
         impl=impl,

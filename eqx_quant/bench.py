@@ -17,6 +17,8 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `dbias_current_rowcol`: the same plus the transposed copy;
 - `mxfp8_row`: MXFP8 (e4m3, 1x32 blocks, E8M0 scales), rowwise;
 - `mxfp8_rowcol`: the same plus the colwise (32x1 blocks, not transposed) copy, in one op.
+- `mxfp8_dbias_row`: `mxfp8_row` plus dbias (sum over rows, cast to bf16): `quantize_dbias`
+  with MXFP8 (the dbias is one more read of x, not yet fused into the MXFP8 kernel);
 - `nvfp4_row`: NVFP4 1D rowwise (global amax pass + E4M3 block scales + E2M1 cast);
 - `nvfp4_rht_rowcol`: NVFP4 rowwise plus the RHT'd, transposed colwise copy (two amaxes);
 - `nvfp4_sr_row`: NVFP4 1D rowwise with stochastic rounding (counter-based Threefry bits);
@@ -94,6 +96,7 @@ OPS = (
     "dbias_current_rowcol",
     "mxfp8_row",
     "mxfp8_rowcol",
+    "mxfp8_dbias_row",
     "nvfp4_row",
     "nvfp4_rht_rowcol",
     "nvfp4_sr_row",
@@ -124,6 +127,8 @@ def _ours(op: str) -> Callable:
     )
     if op.startswith("mxfp8"):
         block_quantizer = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
+        if "dbias" in op:
+            return lambda x, scale: eqq.quantize_dbias(x, block_quantizer, impl="ffi")
         return lambda x, scale: eqq.quantize(x, block_quantizer, impl="ffi")
     if op.startswith("nvfp4"):
         nv = eqq.NVFP4Quantizer(
@@ -207,6 +212,8 @@ def _xla(op: str) -> Callable:
             out = dict(zip(("row", "row_scale"), _mxfp8_blocks(x, 1)))
             if transposed:
                 out.update(zip(("col", "col_scale"), _mxfp8_blocks(x, 0)))
+            if "dbias" in op:
+                out["dbias"] = x.astype(jnp.float32).sum(0).astype(x.dtype)
             return out
 
         return mxfp8
@@ -246,7 +253,7 @@ def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
         total += m * n  # transposed (FP8) or colwise (MXFP8) copy
         if op.startswith("mxfp8"):
             total += m * n // 32
-    if op.startswith("dbias"):
+    if "dbias" in op:
         total += n * itemsize
     return total
 

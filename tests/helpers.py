@@ -66,6 +66,22 @@ def f32_bits_equal(a, b, what="") -> None:
     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=what)
 
 
+def rounding_tie_rows(dtype) -> np.ndarray:
+    """Two rows whose float32 sum is every finite `dtype` value a plus exactly half its ulp
+    (a tie), 1/4 and 3/4 of it, and their negations, in the same sign and the other."""
+    info = ml_dtypes.finfo(dtype)
+    a = np.arange(2**16, dtype=np.uint16).view(dtype).astype(np.float32)
+    a = a[np.isfinite(a)]
+    _, exp2 = np.frexp(a)  # a = f * 2^exp2, 0.5 <= |f| < 1
+    half_ulp = np.ldexp(np.float32(1), np.maximum(exp2 - 1, info.minexp) - info.nmant - 1)
+    rows = [
+        (a, (np.sign(a) * s * half_ulp).astype(np.float32))
+        for s in (1.0, 0.5, 1.5, -1.0, -0.5, -1.5)
+    ]
+    x = np.concatenate([np.stack(r) for r in rows], axis=1)
+    return x.astype(dtype)
+
+
 def to_numpy(x: jax.Array) -> np.ndarray:
     return np.asarray(x)
 

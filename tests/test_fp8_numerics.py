@@ -16,6 +16,7 @@ from helpers import (
     f32_bits_equal,
     impls,
     random_input,
+    rounding_tie_rows,
 )
 
 import eqx_quant as eqq
@@ -192,29 +193,13 @@ def test_dbias_split_nodes_with_node_zero_finished(impl, split, xd):
     bytes_equal(cast, oracle.canonical_nan_cast(want[:, 0], x.dtype), "dbias_cast")
 
 
-def _rounding_cases(dtype) -> np.ndarray:
-    """Two rows whose float32 sum is every finite `dtype` value a plus exactly half its ulp
-    (a tie), 1/4 and 3/4 of it, and their negations, in the same sign and the other."""
-    info = ml_dtypes.finfo(dtype)
-    a = np.arange(2**16, dtype=np.uint16).view(dtype).astype(np.float32)
-    a = a[np.isfinite(a)]
-    _, exp2 = np.frexp(a)  # a = f * 2^exp2, 0.5 <= |f| < 1
-    half_ulp = np.ldexp(np.float32(1), np.maximum(exp2 - 1, info.minexp) - info.nmant - 1)
-    rows = [
-        (a, (np.sign(a) * s * half_ulp).astype(np.float32))
-        for s in (1.0, 0.5, 1.5, -1.0, -0.5, -1.5)
-    ]
-    x = np.concatenate([np.stack(r) for r in rows], axis=1)
-    return x.astype(dtype)
-
-
 @pytest.mark.parametrize("impl", impls())
 @pytest.mark.parametrize("xd", ["bf16", "f16"])
 def test_dbias_cast_rounds_to_nearest_even(impl, xd):
     """The dbias cast to x's dtype (in the kernel, common/float_narrow.h) rounds to nearest
     even at every binade of bf16 / f16, subnormals and overflow to inf included."""
     dtype = X_DTYPES[xd]
-    x = _rounding_cases(dtype)
+    x = rounding_tie_rows(dtype)
     quantizer = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)
     _, dbias = jax.jit(lambda x: eqq.quantize_dbias(x, quantizer, 1, impl=impl))(jnp.asarray(x))
     bytes_equal(dbias, oracle.dbias_cast(x, 1), "dbias")
@@ -316,3 +301,31 @@ def test_dbias_tree_order_for_unaligned_row_counts(rows, impl):
     q = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)
     _, dbias = eqq.quantize_dbias(jnp.asarray(x), q, impl=impl)
     bytes_equal(dbias, oracle.dbias_cast(x, -1), f"dbias rows={rows}")
+
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("xd", X_DTYPES)
+@pytest.mark.parametrize(
+    "shape,fa",
+    [((256, 24), 1), ((7, 5), 1), ((3, 40, 24), 2), ((2, 64, 16), 1), ((0, 8), 1)],
+    ids=str,
+)
+def test_dbias_without_fp8_output(shape, fa, xd, impl):
+    """The op with dbias alone (rowwise = colwise = False: the block formats' quantize_dbias):
+    empty FP8 outputs and the canonical tree sum in x's dtype. On a GPU one reduced axis runs
+    the column tree sums and two long ones the walk, neither writing FP8 bytes."""
+    from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
+
+    x = np.array(random_input(shape, X_DTYPES[xd], seed=sum(shape)))
+    if x.size:
+        x.reshape(-1)[x.size // 2] = np.nan
+    params = Fp8QuantizeParams(
+        q_dtype="float8_e4m3fn", flatten_axis=fa, rowwise=False, colwise=False,
+        with_dbias=True, impl=impl,
+    )
+    row, col, _, amax, dbias = jax.jit(
+        lambda x: fp8_quantize_op.bind(x, jnp.ones((1,), jnp.float32), params=params)
+    )(jnp.asarray(x))
+    assert row.shape == (0,) and col.shape == (0,)
+    bytes_equal(dbias, oracle.dbias_cast(x, fa), "dbias")
+    f32_bits_equal(np.asarray(amax), oracle.amax(x), "amax")

@@ -29,7 +29,7 @@ from grouped_cases import (
     run,
     u8_view,
 )
-from helpers import bytes_equal, f32_bits_equal
+from helpers import bytes_equal, f32_bits_equal, rounding_tie_rows
 
 import eqx_quant as eqq
 
@@ -268,6 +268,22 @@ def test_grouped_dbias(dtype, impl):
             if sizes[g] == 0:  # +0, not -0
                 assert not u8_view(np.asarray(db)[g]).any(), f"empty group {g} is not +0"
 
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_grouped_dbias_cast_rounds_to_nearest_even(dtype, impl):
+    """The cast of each group's float32 sum to x's dtype (in the kernel): ties to even at every
+    binade, overflow to inf, NaN as the dtype's quiet NaN. Rows (a, tie offset) twice over,
+    the second copy behind a NaN row, in groups of 2 and 3 rows."""
+    pairs = rounding_tie_rows(DTYPES[dtype])
+    nan_row = np.full((1, pairs.shape[1]), np.nan, pairs.dtype)
+    x = np.concatenate([pairs, nan_row, pairs])
+    sizes = [2, 0, 3]
+    db = eqq.grouped_dbias(jnp.asarray(x), jnp.asarray(sizes, jnp.int32), impl=impl)
+    e = og.grouped_dbias(x, sizes, 1, x.dtype)
+    e = np.where(np.isnan(e.astype(np.float32)), np.asarray(np.nan, x.dtype), e)
+    bytes_equal(np.asarray(db), e, f"dbias {dtype} {impl}")
 
 def test_grouped_dbias_3d():
     """[M, A, B] -> [G, A, B]: each group sums its entries along axis 0."""

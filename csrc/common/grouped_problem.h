@@ -98,7 +98,8 @@ struct GroupedNvfp4QuantizeBuffers {
 };
 
 // eqx_quant_grouped_dbias: dbias[g] = the canonical tree sum
-// (common/tree_sum.h) of the group's rows, +0.0f for an empty group.
+// (common/tree_sum.h) of the group's rows, +0.0f for an empty group, written
+// in dbias_type (common/float_narrow.h: NaN canonical).
 struct GroupedDbiasProblem {
   GroupedView view;
 };
@@ -106,7 +107,8 @@ struct GroupedDbiasProblem {
 struct GroupedDbiasBuffers {
   const void* x = nullptr;               // batch x R x N, of InputType
   const int32_t* group_sizes = nullptr;  // batch x G
-  float* dbias = nullptr;                // batch x G x N
+  void* dbias = nullptr;                 // batch x G x N, of dbias_type
+  InputType dbias_type = InputType::kF32;  // the op: x's type
 };
 
 }  // namespace eqx_quant

@@ -64,9 +64,10 @@ ffi::ErrorOr<Fp8QuantizeProblem> CheckFp8QuantizeOperands(
                         " must be in [1, " + std::to_string(kMaxDbiasSplit) +
                         "], and 1 when no axis is reduced");
   }
-  if (!attrs.rowwise && !attrs.colwise) {
+  if (!attrs.rowwise && !attrs.colwise && !attrs.with_dbias) {
     return kErrors.Fail(
-        "rowwise and colwise are both false; at least one is required");
+        "rowwise, colwise and with_dbias are all false; at least one is "
+        "required");
   }
 
   // Shape pieces: B, S[:keep], S[keep:fa], S[fa:].

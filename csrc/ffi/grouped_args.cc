@@ -355,7 +355,7 @@ ffi::ErrorOr<GroupedDbiasProblem> CheckGroupedDbiasOperands(
   if (!vb.has_value()) return vb.error();
   const GroupedView& v = vb->view;
   const std::vector<int64_t> gn = {v.groups, v.cols};
-  if (auto error = check.Operand("dbias", dbias, ffi::DataType::F32,
+  if (auto error = check.Operand("dbias", dbias, x.element_type(),
                                  Concat({vb->batch, gn}), "Bt + (G, N)")) {
     return *error;
   }

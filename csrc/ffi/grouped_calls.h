@@ -124,7 +124,8 @@ PrepareGroupedDbias(const xla::ffi::AnyBuffer& x,
   GroupedDbiasBuffers buffers;
   buffers.x = x.untyped_data();
   buffers.group_sizes = Data<const int32_t>(group_sizes);
-  buffers.dbias = Data<float>(dbias);
+  buffers.dbias = dbias.untyped_data();
+  buffers.dbias_type = problem->view.input_type;
   return GroupedCall<GroupedDbiasProblem, GroupedDbiasBuffers>{*problem,
                                                                buffers};
 }

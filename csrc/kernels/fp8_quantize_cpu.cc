@@ -85,7 +85,7 @@ template <typename Input, typename Format, bool kKeepValues>
 class PanelQuantizer {
  public:
   // `staging` must hold kTileRows * (kPanelCols + kStagingPad) bytes if
-  // col_out is non-null.
+  // col_out is non-null, and a panel row if both outputs are null.
   PanelQuantizer(const typename Input::Storage* x, int64_t rows, int64_t cols,
                  float scale, uint8_t* row_out, uint8_t* col_out,
                  uint8_t* staging)
@@ -109,9 +109,10 @@ class PanelQuantizer {
   void operator()(int64_t r, float* values) {
     const typename Input::Storage* src = x_ + r * cols_ + first_col_;
     if (col_out_ == nullptr) {  // rowwise only: cast straight into `row`
-      amax_key_ =
-          quantize_span_(src, width_, scale_, row_out_ + r * cols_ + first_col_,
-                         values, amax_key_);
+      // (no output at all, dbias only: into the staging row, dropped)
+      uint8_t* dst = row_out_ != nullptr ? row_out_ + r * cols_ + first_col_
+                                         : staging_;
+      amax_key_ = quantize_span_(src, width_, scale_, dst, values, amax_key_);
       return;
     }
     if (tile_rows_ == 0) tile_first_row_ = r;
@@ -173,12 +174,12 @@ void QuantizeExample(const Fp8QuantizeProblem& problem,
                      Workspace& workspace, float* amax_out) {
   const int64_t rows = problem.rows;
   const int64_t cols = problem.cols;
-  if (col_out != nullptr) {
+  if (col_out != nullptr || row_out == nullptr) {
     workspace.staging.resize(kTileRows * (kPanelCols + kStagingPad));
   }
   PanelQuantizer<Input, Format, kKeepValues> quantizer(
       x, rows, cols, scale, row_out, col_out, workspace.staging.data());
-  const int64_t panel = (col_out != nullptr || kKeepValues)
+  const int64_t panel = (col_out != nullptr || row_out == nullptr || kKeepValues)
                             ? kPanelCols
                             : std::max<int64_t>(cols, 1);
 

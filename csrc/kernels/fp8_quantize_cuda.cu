@@ -53,6 +53,9 @@
 //          amax in one pass (LaunchColumnTreeSums: the grouped dbias kernel
 //          over equal chunks of rows), then the main kernel of (2) without
 //          dbias, which derives the scale from the finished amax;
+//        * dbias alone (no FP8 output: the block formats' quantize_dbias)
+//          over one reduced axis: that one pass only; else the walk with no
+//          output;
 //        * otherwise the amax kernel (CastRowwiseKernel without the cast),
 //          then the main kernel of (2), which waits for it, derives the scale
 //          from the finished amax and writes scale_inv.
@@ -232,10 +235,10 @@ LaunchStatus LaunchCast(const Fp8QuantizeProblem& problem,
 }
 
 // ---------------------------------------------------------------------------
-// 2c. Current scaling with dbias over one reduced axis (TreeSumsApply, at the
-// end of this file): the dbias node sums (equal chunks of rows: dbias_split
-// divides the axis) and the amax in one pass
-// (kernels/column_tree_sums_cuda.h), then the cast without dbias.
+// 2c. dbias over one reduced axis (TreeSumsFit, at the end of this file): the
+// dbias node sums (equal chunks of rows: dbias_split divides the axis) and the
+// amax in one pass (kernels/column_tree_sums_cuda.h); with current scaling
+// and an FP8 output (TreeSumsApply), then the cast without dbias.
 
 
 LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
@@ -361,6 +364,9 @@ LaunchStatus LaunchMain(const Fp8QuantizeProblem& problem,
   return DispatchTypes(problem, [&](auto input, auto format) {
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
+    if (!problem.rowwise && !problem.colwise && TreeSumsFit(problem)) {
+      return LaunchTreeSums(problem, buffers, stream);  // dbias only
+    }
     if (TreeSumsApply(problem)) {
       const LaunchStatus sums = LaunchTreeSums(problem, buffers, stream);
       if (!sums.ok) return sums;
@@ -413,13 +419,17 @@ __global__ void Fp8ConvertSelfTestKernel(unsigned long long* mismatches,
 
 }  // namespace
 
-bool TreeSumsApply(const Fp8QuantizeProblem& problem) {
+bool TreeSumsFit(const Fp8QuantizeProblem& problem) {
   int64_t long_axes = 0;
   for (int64_t d : problem.dbias_reduced_dims) long_axes += d > 1 ? 1 : 0;
-  return problem.scale_from_amax && problem.with_dbias &&
-         (problem.rowwise || problem.colwise) && problem.dbias_kept_rows == 1 &&
+  return problem.with_dbias && problem.dbias_kept_rows == 1 &&
          long_axes <= 1 && problem.rows > 0 && problem.cols > 0 &&
          problem.dbias_split > 0 && problem.rows % problem.dbias_split == 0;
+}
+
+bool TreeSumsApply(const Fp8QuantizeProblem& problem) {
+  return problem.scale_from_amax && (problem.rowwise || problem.colwise) &&
+         TreeSumsFit(problem);
 }
 
 }  // namespace fp8

@@ -167,10 +167,12 @@ LaunchStatus LaunchWalk(const Fp8QuantizeProblem& problem,
 // (fp8_transpose_cuda.cu); TransposeApplies says when it can run.
 bool TransposeApplies(const Fp8QuantizeProblem& problem,
                       const Fp8QuantizeBuffers& buffers);
-// Current scaling with dbias over one reduced axis cut into equal chunks of
-// rows (dbias_split divides it, one kept row): the dbias node sums and the
-// amax can come from one pass over x (fp8_quantize_cuda.cu's column tree
-// sums, or DbiasCurrentCastKernel).
+// dbias over one reduced axis cut into equal chunks of rows (dbias_split
+// divides it, one kept row): the dbias node sums and the amax can come from
+// one pass over x (fp8_quantize_cuda.cu's column tree sums).
+bool TreeSumsFit(const Fp8QuantizeProblem& problem);
+// TreeSumsFit with current scaling and an FP8 output: that pass comes first,
+// then the cast (or DbiasCurrentCastKernel does both).
 bool TreeSumsApply(const Fp8QuantizeProblem& problem);
 LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers,

@@ -1,7 +1,8 @@
 // CUDA kernel of eqx_quant_grouped_dbias for sm_90a. Bit-exact with the CPU
 // kernel (kernels/grouped_quantize_cpu.cc): dbias[g] = the canonical tree
 // sum (common/tree_sum.h: split at ceil(n/2), IEEE f32 adds) of float(x) over
-// the group's rows, +0 for an empty group, NaN written as 0x7FC00000.
+// the group's rows, +0 for an empty group, written in x's type (NaN
+// canonical; common/float_narrow.h; the dense FP8 op's column sums: f32).
 //
 // DbiasTreeKernel. The canonical tree over a group's n rows is a perfect
 // binary tree whose empty leaves count as -0.0, the exact identity of IEEE
@@ -34,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/float_narrow.h"
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
 #include "kernels/cuda_sm_count.h"
@@ -68,7 +70,8 @@ struct TreeParams {
   const void* x;
   const int32_t* group_sizes;  // null: `groups` chunks of rows / groups rows
   float* amax;                 // null, or per example (zeroed before)
-  float* dbias;  // batch x G x N
+  void* dbias;   // batch x G x N, of dbias_type
+  InputType dbias_type;
   int64_t batch;
   int64_t rows;  // R
   int64_t cols;  // N
@@ -141,10 +144,6 @@ __device__ __forceinline__ float Sum8(float (&s)[8]) {
   return s[0];
 }
 
-__device__ __forceinline__ float CanonicalNan(float v) {
-  return v != v ? __uint_as_float(0x7FC00000u) : v;
-}
-
 // kAmax: also publish each example's amax (p.amax); the grouped dbias has none.
 template <typename In, int kLaneCols, bool kAmax>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
@@ -185,10 +184,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         count = p.rows / p.groups;
         start = g * count;
       }
-      float* out = p.dbias + (ex * p.groups + g) * N + slab0;
+      const int64_t out = (ex * p.groups + g) * N + slab0;  // in p.dbias
       if (count == 0) {  // uniform in the cluster
         if (rank == 0 && static_cast<int>(threadIdx.x) < slab_cols) {
-          out[threadIdx.x] = 0.0f;
+          StoreNarrowed(p.dbias_type, p.dbias, out + threadIdx.x, 0.0f);
         }
         continue;
       }
@@ -254,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
       if (c == 0) {
         if (static_cast<int>(threadIdx.x) < slab_cols) {
-          out[threadIdx.x] = CanonicalNan(cta);
+          StoreNarrowed(p.dbias_type, p.dbias, out + threadIdx.x, cta);
         }
         continue;  // GroupSpan's barriers keep `partial` until it is read
       }
@@ -273,7 +272,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                                : -0.0f;
         }
         const float total = Sum8(s8);
-        if (col < slab_cols) out[col] = CanonicalNan(total);
+        if (col < slab_cols) {
+          StoreNarrowed(p.dbias_type, p.dbias, out + col, total);
+        }
       }
       cluster.sync();  // every rank's cta_sum is read before it changes
     }  // column slabs
@@ -359,6 +360,7 @@ GroupedLaunchStatus LaunchForType(const GroupedView& v,
   p.group_sizes = buffers.group_sizes;
   p.amax = amax;
   p.dbias = buffers.dbias;
+  p.dbias_type = buffers.dbias_type;
   p.batch = v.batch;
   p.rows = v.rows;
   p.cols = v.cols;
@@ -426,7 +428,7 @@ GroupedLaunchStatus LaunchColumnTreeSums(const ColumnTreeSums& problem,
   v.groups = problem.nodes;
   GroupedDbiasBuffers buffers;
   buffers.x = problem.x;
-  buffers.dbias = problem.sums;
+  buffers.dbias = problem.sums;  // f32 (dbias_type's default)
   return LaunchTreeSums(v, buffers, problem.amax, stream);
 }
 

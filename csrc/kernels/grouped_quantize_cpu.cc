@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/float_narrow.h"
 #include "common/fp8_quantize_problem.h"
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
@@ -337,16 +338,6 @@ struct GroupRowLoader {
   }
 };
 
-// NaN results are written as the canonical quiet NaN (as the dense kernel).
-void CanonicalizeNans(float* values, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    if (values[i] != values[i]) {
-      const uint32_t quiet_nan = 0x7FC00000u;
-      std::memcpy(&values[i], &quiet_nan, sizeof(float));
-    }
-  }
-}
-
 template <typename Input>
 void SumGroups(const GroupedDbiasProblem& problem,
                const GroupedDbiasBuffers& buffers) {
@@ -356,10 +347,11 @@ void SumGroups(const GroupedDbiasProblem& problem,
   const int64_t panel = std::min<int64_t>(kDbiasPanelCols, cols);
   ExampleGroups groups(view);
   std::vector<float> scratch;
+  std::vector<float> sums;  // one group's, before the cast
   for (int64_t b = 0; b < view.batch; ++b) {
     const auto* x =
         static_cast<const typename Input::Storage*>(buffers.x) + b * elements;
-    float* dbias = buffers.dbias + b * view.groups * cols;
+    const int64_t first = b * view.groups * cols;  // in buffers.dbias
     groups.Load(buffers.group_sizes + b * view.groups);
     for (int64_t g = 0; g < view.groups; ++g) {
       // The dense kernel's tree for dbias_reduced_dims = {rows_g}.
@@ -367,15 +359,18 @@ void SumGroups(const GroupedDbiasProblem& problem,
       const int64_t vectors =
           std::max<int64_t>(1, NestedTreeSumScratchVectors(dims, 1));
       scratch.resize(static_cast<size_t>(vectors * std::max<int64_t>(panel, 1)));
-      float* out = dbias + g * cols;
+      sums.resize(static_cast<size_t>(cols));
       for (int64_t first_col = 0; first_col < cols; first_col += panel) {
         const int64_t width = std::min(panel, cols - first_col);
         GroupRowLoader<Input> loader{x + groups.start(g) * cols, cols,
                                      first_col, width};
-        NestedTreeSum(dims, 1, 0, width, loader, out + first_col,
+        NestedTreeSum(dims, 1, 0, width, loader, sums.data() + first_col,
                       scratch.data());
       }
-      CanonicalizeNans(out, cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        StoreNarrowed(buffers.dbias_type, buffers.dbias,
+                      first + g * cols + c, sums[static_cast<size_t>(c)]);
+      }
     }
   }
 }

@@ -36,7 +36,8 @@ void GroupedNvfp4Quantize(const GroupedNvfp4QuantizeProblem& problem,
                           const GroupedNvfp4QuantizeBuffers& buffers);
 
 // dbias[g] = canonical tree sum of float(x) over the group's rows (+0.0f if
-// empty); NaN sums are written as the quiet NaN 0x7FC00000.
+// empty), written in buffers.dbias_type (common/float_narrow.h: NaN sums as
+// that type's quiet NaN).
 void GroupedDbias(const GroupedDbiasProblem& problem,
                   const GroupedDbiasBuffers& buffers);
 

@@ -5,7 +5,8 @@ reference and the kernels.
 - `eqx_quant_grouped_mxfp8_quantize(x, group_sizes) -> (row, row_scale, col, col_scale)`
 - `eqx_quant_grouped_nvfp4_quantize(x, amax, keys, group_sizes) -> (row, row_scale, col,
   col_scale)`; `keys` is `(G, 2)` with stochastic rounding, else `(G, 0)` (not read)
-- `eqx_quant_grouped_dbias(x, group_sizes) -> dbias`
+- `eqx_quant_grouped_dbias(x, group_sizes) -> dbias` (in x's dtype: the float32 tree sums cast,
+  NaN canonical, by the kernel)
 
 `x` is the 2-D view `Bt + (R, N)` (`Bt` = vmapped batch dims, each example its own grouped
 problem). The ragged row axis is never split across devices: the partition keeps it whole
@@ -21,7 +22,7 @@ import numpy as np
 from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
-from ..reference import _grouped, _mx
+from ..reference import _grouped, _mx, cast_canonical
 from ..reference._nvfp4 import NVFP4_BLOCK
 from . import _sharding
 from ._primitive import Op, OpSpec
@@ -60,7 +61,7 @@ def _abstract_eval(params, x, *operands):
     batch, (r, n) = x.shape[:nb], x.shape[nb:]
     g = operands[-1].shape[-1]
     if params.kind == "dbias":
-        return (ShapedArray(batch + (g, n), jnp.float32),)
+        return (ShapedArray(batch + (g, n), x.dtype),)
     if params.kind == "fp8":
         q = jnp.dtype(params.q_dtype)
         return (
@@ -85,7 +86,7 @@ def _abstract_eval(params, x, *operands):
 def _reference_one(params, x, *operands):
     common = dict(rows_per_unit=params.rows_per_unit)
     if params.kind == "dbias":
-        return (_grouped.grouped_dbias(x, *operands, **common),)
+        return (cast_canonical(_grouped.grouped_dbias(x, *operands, **common), x.dtype),)
     layout = dict(rowwise=params.rowwise, colwise=params.colwise)
     if params.kind == "fp8":
         return _grouped.grouped_fp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
