@@ -94,6 +94,36 @@ def test_dbias_with_sharded_rows_gathers_only_partial_sums(impl):
     _compare(f(xs), f(x), "dbias")
 
 
+
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "x")], ids=str)
+def test_block_quantize_dbias_sharded(spec, impl):
+    """MXFP8 quantize_dbias (its dbias: the FP8 op with no FP8 output) under sharded jit is
+    bit-identical; with the rows sharded only the (8, 256) partial sums are gathered, with the
+    columns nothing is (x is never gathered)."""
+    mesh = MESHES["1d"]()
+    x = jnp.asarray(random_input((256, 256), jnp.bfloat16, seed=5))
+    q = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, eqq.QuantizeLayout.ROWWISE)
+    f = jax.jit(lambda x: eqq.quantize_dbias(x, q, impl=impl))
+    xs = jax.device_put(x, NamedSharding(mesh, spec))
+    _compare(f(xs), f(x), f"mxfp8 dbias {spec}")
+    collectives = [
+        line for line in f.lower(xs).compile().as_text().splitlines() if " all-" in line
+    ]
+    if spec == P(None, "x"):
+        assert not collectives, collectives
+    else:
+        assert collectives and all("all-gather(" in c and "[8,256]" in c for c in collectives), (
+            collectives
+        )
+
+    def local(x):
+        return eqq.quantize_dbias(x, q, impl=impl)[1][None]
+
+    per_shard = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P("x", None), out_specs=P("x")))
+    expected = [eqq.quantize_dbias(x[32 * i : 32 * (i + 1)], q, impl=impl)[1] for i in range(8)]
+    bytes_equal(per_shard(x), jnp.stack(expected), "shard_map: the local dbias")
+
 @pytest.mark.parametrize("impl", impls())
 def test_gspmd_partitioner(impl):
     mesh = MESHES["4x2"]()
