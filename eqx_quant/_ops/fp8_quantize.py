@@ -7,7 +7,8 @@ One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX referenc
   `scale_from_amax`, current scaling inside the op: each example's scale is
   `compute_scale(amax(x_b), q_dtype, 0, scale_b)`, so `scale` is only the fallback for an
   amax that is 0, NaN or Inf);
-- `row`: `B + S` fp8 or (0,); `col`: `B + S[fa:] + S[:fa]` fp8 or (0,);
+- `row`: `B + S` fp8 or (0,); `col`: `B + S[fa:] + S[:fa]` fp8 or (0,) (both may be absent
+  with `with_dbias`: dbias alone, the block formats' `quantize_dbias`);
 - `scale_inv`, `amax`: `B + (1,)` float32 (amax = max |x| ignoring NaN, per example);
 - `dbias`: `B + S[fa:]` in x's dtype, or (0,): the float32 canonical tree sum (see
   `reference/_tree.py`) over `S[:fa]`, cast with NaN canonical (`reference.cast_canonical`).
