@@ -361,12 +361,12 @@ LaunchStatus LaunchMain(const Fp8QuantizeProblem& problem,
                         const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
                         int sms) {
   const int64_t elements = problem.rows * problem.cols;
+  if (!problem.rowwise && !problem.colwise && TreeSumsFit(problem)) {
+    return LaunchTreeSums(problem, buffers, stream);  // dbias only
+  }
   return DispatchTypes(problem, [&](auto input, auto format) {
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
-    if (!problem.rowwise && !problem.colwise && TreeSumsFit(problem)) {
-      return LaunchTreeSums(problem, buffers, stream);  // dbias only
-    }
     if (TreeSumsApply(problem)) {
       const LaunchStatus sums = LaunchTreeSums(problem, buffers, stream);
       if (!sums.ok) return sums;

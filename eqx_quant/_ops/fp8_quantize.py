@@ -199,14 +199,11 @@ def _local(params, example_spec, bind_inner, x, scale):
     row, col, scale_inv, amax, dbias, dbias_cast = bind_inner(x, scale, params=inner)
     if amax_axes:
         amax = lax.pmax(amax, amax_axes)
-    if cast_in_kernel:
-        dbias = dbias_cast
-    elif params.with_dbias:
-        dbias = _finish_dbias(dbias, nb, keep, example_spec[:fa])
-        dbias = reference.cast_canonical(dbias, x.dtype)
-    else:
-        dbias = jnp.zeros((0,), x.dtype)
-    return row, col, scale_inv, amax, dbias
+    if params.with_dbias and not cast_in_kernel:
+        dbias_cast = _finish_dbias(dbias, nb, keep, example_spec[:fa])
+        dbias_cast = reference.cast_canonical(dbias_cast, x.dtype)
+    # The result, or (0,) in x's dtype without dbias.
+    return row, col, scale_inv, amax, dbias_cast
 
 
 def _global_current_scale(params, x, fallback, amax_axes):
