@@ -141,9 +141,8 @@ def _forward(config: _Config, x: Array, quantizer_arrays, key_words):
         return _tensor_scaling_forward(config, x, quantizer)
     fa, impl = config.flatten_axis, config.impl
     if isinstance(quantizer, BlockScaleQuantizer):
-        tensor = _quantize_blocks.mxfp8(x, quantizer, fa, impl)
-    else:
-        tensor = _quantize_blocks.nvfp4(x, quantizer, fa, impl, config.amax_axes, key_words)
+        return _quantize_blocks.mxfp8(x, quantizer, fa, impl, config.with_dbias)
+    tensor = _quantize_blocks.nvfp4(x, quantizer, fa, impl, config.amax_axes, key_words)
     dbias = _quantize_blocks.dbias(x, fa, impl) if config.with_dbias else None
     return tensor, dbias
 

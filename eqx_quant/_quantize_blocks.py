@@ -3,7 +3,7 @@
 import functools
 
 import jax.numpy as jnp
-from jax import lax
+from jax import Array, lax
 
 from ._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
 from ._ops.mxfp8_quantize import Mxfp8QuantizeParams, mxfp8_quantize_op
@@ -27,7 +27,9 @@ def _parts(x, quantizer, fa: int):
     )
 
 
-def mxfp8(x, quantizer, fa: int, impl: str) -> ScaledTensor:
+def mxfp8(x, quantizer, fa: int, impl: str, with_dbias: bool) -> tuple[ScaledTensor, Array | None]:
+    """The MXFP8 tensor, and with `with_dbias` the bias gradient from the same op (on the GPU
+    the rowwise blocks are written in the dbias' one read of x)."""
     layout = quantizer.q_layout
     params = Mxfp8QuantizeParams(
         q_dtype=quantizer.q_dtype,
@@ -35,13 +37,14 @@ def mxfp8(x, quantizer, fa: int, impl: str) -> ScaledTensor:
         rowwise=layout.has_rowwise,
         colwise=layout.has_colwise,
         impl=impl,
+        with_dbias=with_dbias,
     )
-    row, row_scale, col, col_scale = mxfp8_quantize_op.bind(x, params=params)
+    row, row_scale, col, col_scale, dbias = mxfp8_quantize_op.bind(x, params=params)
     part = _parts(x, quantizer, fa)
     # MXFP8 has no tensor-level scale, so (like TE) no amax is computed.
     amax = jnp.zeros((1,), jnp.float32)
     e8m0 = functools.partial(_mx.from_byte_view, dtype=jnp.float8_e8m0fnu)
-    return ScaledTensor(
+    tensor = ScaledTensor(
         rowwise=part(data=row, scale_inv=e8m0(row_scale), amax=amax, data_layout="N")
         if layout.has_rowwise
         else None,
@@ -51,6 +54,7 @@ def mxfp8(x, quantizer, fa: int, impl: str) -> ScaledTensor:
         if layout.has_colwise
         else None,
     )
+    return tensor, (dbias if with_dbias else None)
 
 
 def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTensor:
@@ -105,8 +109,8 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
 
 
 def dbias(dx, fa: int, impl: str):
-    """The bias gradient of `quantize_dbias` for block formats: the FP8 op with no FP8 output,
-    its canonical tree sum only (one more read of `dx`; not yet fused into the block kernels)."""
+    """The bias gradient of NVFP4's `quantize_dbias`: the FP8 op with no FP8 output, its
+    canonical tree sum only (one more read of `dx`; MXFP8 takes it from its own op)."""
     params = Fp8QuantizeParams(
         q_dtype="float8_e4m3fn",
         flatten_axis=fa,

@@ -92,14 +92,32 @@ def kernel(x, q_dtype, block_axis, rowwise: bool, colwise: bool):
         jax.ShapeDtypeStruct(row_scale if rowwise else (0,), jnp.uint8),
         jax.ShapeDtypeStruct(shape if colwise else (0,), q_dtype),
         jax.ShapeDtypeStruct(tuple(col_scale) if colwise else (0,), jnp.uint8),
+        jax.ShapeDtypeStruct((0,), jnp.float32),  # no dbias
+        jax.ShapeDtypeStruct((0,), x.dtype),
     )
     result = jax.ffi.ffi_call(TARGET, outs, vmap_method=None)(
-        x,
-        block_axis=np.int64(block_axis if colwise else -1),
-        rowwise=bool(rowwise),
-        colwise=bool(colwise),
+        x, **_attrs(block_axis=block_axis if colwise else -1, rowwise=rowwise, colwise=colwise)
     )
-    return [np.asarray(r).view(np.uint8) for r in result]
+    return [np.asarray(r).view(np.uint8) for r in result[:4]]
+
+
+def _attrs(**given):
+    """The op's FFI attributes: `given` over the defaults (rowwise only, no dbias)."""
+    call = (
+        dict(
+            block_axis=-1,
+            n_batch=0,
+            flatten_axis=0,
+            dbias_keep=0,
+            dbias_split=1,
+            rowwise=True,
+            colwise=False,
+            with_dbias=False,
+            dbias_cast=False,
+        )
+        | given
+    )
+    return {k: (bool(v) if isinstance(v, bool) else np.int64(v)) for k, v in call.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,6 +313,9 @@ def _outs(
     q=jnp.float8_e4m3fn,
     col_q=None,
     scale=jnp.uint8,
+    dbias=(0,),
+    dbias_cast=(0,),
+    cast_dtype=jnp.float32,
 ):
     """Output structs of a call on x of shape (4, 64); defaults: rowwise only, all valid."""
     return (
@@ -302,6 +323,8 @@ def _outs(
         jax.ShapeDtypeStruct(row_scale, scale),
         jax.ShapeDtypeStruct(col, q if col_q is None else col_q),
         jax.ShapeDtypeStruct(col_scale, scale),
+        jax.ShapeDtypeStruct(dbias, jnp.float32),
+        jax.ShapeDtypeStruct(dbias_cast, cast_dtype),
     )
 
 
@@ -364,19 +387,41 @@ ERRORS = {
     ),
     # (with every output empty XLA would drop the call, so row stays non-empty)
     "neither": (_F32, _outs(), dict(rowwise=False), "rowwise and colwise are both false"),
+    "dbias_shape": (
+        _F32,
+        _outs(dbias=(64,)),
+        dict(flatten_axis=1, with_dbias=True),
+        r"dbias has shape \[64\] but expected \[1,64\]",
+    ),
+    "dbias_cast_dtype": (
+        _F32,
+        _outs(dbias=(1, 64), dbias_cast=(64,), cast_dtype=jnp.bfloat16),
+        dict(flatten_axis=1, with_dbias=True, dbias_cast=True),
+        "dbias_cast has element type bf16 but expected f32",
+    ),
+    "dbias_flatten_axis": (
+        _F32,
+        _outs(),
+        dict(flatten_axis=3),
+        r"flatten_axis=3 is out of range \[0, 2\]",
+    ),
+    "dbias_two_trees": (
+        ((2, 4, 64), jnp.float32),
+        _outs((2, 4, 64), (2, 4, 2), dbias=(2, 1, 64)),
+        dict(flatten_axis=2, dbias_keep=1, with_dbias=True),
+        "with_dbias=true needs one dbias tree per example over at most one axis longer than 1",
+    ),
+    "dbias_nested_tree": (
+        ((2, 4, 64), jnp.float32),
+        _outs((2, 4, 64), (2, 4, 2), dbias=(1, 64)),
+        dict(flatten_axis=2, with_dbias=True),
+        "with_dbias=true needs one dbias tree per example.*reduces 2 such axes",
+    ),
 }
 
 
 @pytest.mark.parametrize("x_spec,outs,attrs,message", list(ERRORS.values()), ids=list(ERRORS))
 def test_invalid_operands(x_spec, outs, attrs, message):
-    call = dict(block_axis=-1, rowwise=True, colwise=False) | attrs
     fn = jax.ffi.ffi_call(TARGET, outs, vmap_method=None)
     with pytest.raises(jax.errors.JaxRuntimeError, match="eqx_quant_mxfp8_quantize: " + message):
-        jax.block_until_ready(
-            fn(
-                jnp.zeros(*x_spec),
-                block_axis=np.int64(call["block_axis"]),
-                rowwise=bool(call["rowwise"]),
-                colwise=bool(call["colwise"]),
-            )
-        )
+        jax.block_until_ready(fn(jnp.zeros(*x_spec), **_attrs(**attrs)))

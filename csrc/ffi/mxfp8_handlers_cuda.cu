@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <string>
 
+#include "common/fp8_quantize_problem.h"
 #include "common/mxfp8_problem.h"
 #include "ffi/mxfp8_quantize_args.h"
 #include "ffi/mxfp8_quantize_binding.h"
+#include "kernels/fp8_quantize_cuda.h"
 #include "kernels/mxfp8_quantize_cuda.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -22,18 +24,29 @@ namespace ffi = xla::ffi;
 
 constexpr char kTarget[] = "eqx_quant_mxfp8_quantize_cuda";
 
+ffi::Error Failure(const char* what, int cuda_error) {
+  const cudaError_t error = static_cast<cudaError_t>(cuda_error);
+  if (error == cudaSuccess) {
+    return ffi::Error::Internal(std::string(kTarget) + ": " + what);
+  }
+  return ffi::Error::Internal(std::string(kTarget) + ": " + what +
+                              " failed: " + cudaGetErrorName(error) + ": " +
+                              cudaGetErrorString(error));
+}
+
 ffi::Error Mxfp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
                                  ffi::Result<ffi::AnyBuffer> row,
                                  ffi::Result<ffi::AnyBuffer> row_scale,
                                  ffi::Result<ffi::AnyBuffer> col,
                                  ffi::Result<ffi::AnyBuffer> col_scale,
-                                 int64_t block_axis, bool rowwise,
-                                 bool colwise) {
-  const Mxfp8QuantizeAttrs attrs{block_axis, rowwise, colwise};
+                                 ffi::ResultBuffer<ffi::F32> dbias_nodes,
+                                 ffi::Result<ffi::AnyBuffer> dbias_cast,
+                                 Mxfp8QuantizeAttrs attrs) {
+  Fp8QuantizeProblem dbias;
   ffi::ErrorOr<Mxfp8QuantizeProblem> problem = CheckMxfp8QuantizeOperands(
-      x, *row, *row_scale, *col, *col_scale, attrs);
+      x, *row, *row_scale, *col, *col_scale, *dbias_nodes, *dbias_cast, attrs,
+      &dbias);
   if (!problem.has_value()) return problem.error();
-
   Mxfp8QuantizeBuffers buffers;
   buffers.x = x.untyped_data();
   if (problem->rowwise) {
@@ -44,17 +57,35 @@ ffi::Error Mxfp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
     buffers.col = static_cast<uint8_t*>(col->untyped_data());
     buffers.col_scale = static_cast<uint8_t*>(col_scale->untyped_data());
   }
-
-  const cuda::Mxfp8LaunchStatus status =
-      cuda::Mxfp8Quantize(*problem, buffers, stream);
-  if (status.ok) return ffi::Error::Success();
-  const cudaError_t error = static_cast<cudaError_t>(status.cuda_error);
-  if (error == cudaSuccess) {
-    return ffi::Error::Internal(std::string(kTarget) + ": " + status.what);
+  if (!dbias.with_dbias) {
+    const cuda::Mxfp8LaunchStatus status =
+        cuda::Mxfp8Quantize(*problem, buffers, stream);
+    return status.ok ? ffi::Error::Success()
+                     : Failure(status.what, status.cuda_error);
   }
-  return ffi::Error::Internal(std::string(kTarget) + ": " + status.what +
-                              " failed: " + cudaGetErrorName(error) + ": " +
-                              cudaGetErrorString(error));
+  // With dbias: the rowwise blocks in the dbias' one read of x when the
+  // column tree sums take them (blocks along the last dim only, so whole
+  // blocks of each row of cols), else the MXFP8 kernels, then the dbias.
+  Fp8QuantizeBuffers sums;
+  sums.x = buffers.x;
+  sums.dbias = dbias_nodes->typed_data();
+  sums.dbias_cast = dbias_cast->untyped_data();
+  cuda::Mxfp8RowOutput mx;
+  mx.row = buffers.row;
+  mx.row_scale = buffers.row_scale;
+  mx.format = problem->format;
+  const bool fused = problem->rowwise && !problem->colwise &&
+                     problem->last % kMxfp8BlockSize == 0 &&
+                     cuda::Fp8DbiasOnlyTakesMxfp8(dbias, buffers.x);
+  if (!fused) {
+    const cuda::Mxfp8LaunchStatus status =
+        cuda::Mxfp8Quantize(*problem, buffers, stream);
+    if (!status.ok) return Failure(status.what, status.cuda_error);
+  }
+  const cuda::LaunchStatus status =
+      cuda::Fp8DbiasOnly(dbias, sums, fused ? &mx : nullptr, stream);
+  return status.ok ? ffi::Error::Success()
+                   : Failure(status.what, status.cuda_error);
 }
 
 }  // namespace

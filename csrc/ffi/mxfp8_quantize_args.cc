@@ -8,6 +8,7 @@
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "common/mxfp8_problem.h"
+#include "ffi/dbias_args.h"
 #include "ffi/operand_text.h"
 #include "ffi/operand_types.h"
 #include "xla/ffi/api/ffi.h"
@@ -24,7 +25,9 @@ const OperandErrors kErrors("eqx_quant_mxfp8_quantize");
 ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
     const ffi::AnyBuffer& x, const ffi::AnyBuffer& row,
     const ffi::AnyBuffer& row_scale, const ffi::AnyBuffer& col,
-    const ffi::AnyBuffer& col_scale, const Mxfp8QuantizeAttrs& attrs) {
+    const ffi::AnyBuffer& col_scale, const ffi::Buffer<ffi::F32>& dbias_nodes,
+    const ffi::AnyBuffer& dbias_cast, const Mxfp8QuantizeAttrs& attrs,
+    Fp8QuantizeProblem* dbias) {
   Mxfp8QuantizeProblem problem;
 
   // Input.
@@ -137,6 +140,34 @@ ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
       return *error;
     }
   }
+
+  // The bias gradient: one tree per example (prod(S[:dbias_keep]) == 1) over
+  // at most one reduced axis longer than 1.
+  const DbiasAttrs dbias_attrs{attrs.n_batch,    attrs.flatten_axis,
+                               attrs.dbias_keep, attrs.dbias_split,
+                               attrs.with_dbias, attrs.dbias_cast};
+  if (auto error = CheckDbiasOperands(kErrors, x, dbias_nodes, dbias_cast,
+                                      dbias_attrs, dbias)) {
+    return *error;
+  }
+  if (attrs.with_dbias) {
+    int64_t long_axes = 0;
+    for (int64_t d : dbias->dbias_reduced_dims) long_axes += d > 1 ? 1 : 0;
+    if (dbias->dbias_kept_rows != 1 || long_axes > 1) {
+      return kErrors.Fail(
+          "with_dbias=true needs one dbias tree per example over at most one "
+          "axis longer than 1, but x of shape " + ShapeString(x_dims) +
+          " with n_batch=" + std::to_string(attrs.n_batch) +
+          ", flatten_axis=" + std::to_string(attrs.flatten_axis) +
+          ", dbias_keep=" + std::to_string(attrs.dbias_keep) + " keeps " +
+          std::to_string(dbias->dbias_kept_rows) + " rows and reduces " +
+          std::to_string(long_axes) +
+          " such axes; take that dbias from eqx_quant_fp8_quantize (its "
+          "dbias-only form)");
+    }
+  }
+  dbias->input_type = *input_type;
+  dbias->format = *format;
 
   // The (A, K, C, L) view.
   problem.input_type = *input_type;

@@ -10,22 +10,22 @@
 //                                colwise, else (0,)
 //   Ret 3  col_scale  AnyBuffer  U8 (E8M0); x's shape with dim block_axis
 //                                replaced by ceil(K/32) if colwise, else (0,)
-//   Attrs  block_axis: int64  the dim of x (batch dims included) that
+//   Ret 4  dbias_nodes  Buffer<F32>  with_dbias: the float32 node sums,
+//                                B + S[:dbias_keep] + (dbias_split,) +
+//                                S[flatten_axis:]; else (0,)
+//   Ret 5  dbias_cast AnyBuffer  with dbias_cast: node 0 in x's type,
+//                                B + S[:dbias_keep] + S[flatten_axis:]; else (0,)
+//   Attrs  (decoded into Mxfp8QuantizeAttrs, ffi/mxfp8_quantize_args.h)
+//          block_axis: int64  the dim of x (batch dims included) that
 //                             colwise blocks run along, 0 <= block_axis <=
 //                             rank - 2; -1 when colwise is false
-//          rowwise: bool, colwise: bool
+//          n_batch, flatten_axis, dbias_keep, dbias_split: int64  the dbias'
+//                             shape (ffi/dbias_args.h; B = x.shape[:n_batch],
+//                             S the rest)
+//          rowwise, colwise, with_dbias, dbias_cast: bool
 //
 // The scale outputs are AnyBuffers (not Buffer<U8>) so that a wrong element
 // type is reported by the op's own validation, like every other mismatch.
-//
-// A handler implementation bound with this schema has the parameters
-// (after any context parameters, e.g. the CUDA stream):
-//   xla::ffi::AnyBuffer x,
-//   xla::ffi::Result<xla::ffi::AnyBuffer> row,
-//   xla::ffi::Result<xla::ffi::AnyBuffer> row_scale,
-//   xla::ffi::Result<xla::ffi::AnyBuffer> col,
-//   xla::ffi::Result<xla::ffi::AnyBuffer> col_scale,
-//   int64_t block_axis, bool rowwise, bool colwise
 
 #ifndef EQX_QUANT_CSRC_FFI_MXFP8_QUANTIZE_BINDING_H_
 #define EQX_QUANT_CSRC_FFI_MXFP8_QUANTIZE_BINDING_H_
@@ -33,7 +33,21 @@
 #include <cstdint>
 #include <utility>
 
+#include "ffi/mxfp8_quantize_args.h"
 #include "xla/ffi/api/ffi.h"
+
+// The attributes, by name, into the struct's members (in declaration order).
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    eqx_quant::Mxfp8QuantizeAttrs,
+    xla::ffi::StructMember<int64_t>("block_axis"),
+    xla::ffi::StructMember<int64_t>("n_batch"),
+    xla::ffi::StructMember<int64_t>("flatten_axis"),
+    xla::ffi::StructMember<int64_t>("dbias_keep"),
+    xla::ffi::StructMember<int64_t>("dbias_split"),
+    xla::ffi::StructMember<bool>("rowwise"),
+    xla::ffi::StructMember<bool>("colwise"),
+    xla::ffi::StructMember<bool>("with_dbias"),
+    xla::ffi::StructMember<bool>("dbias_cast"));
 
 namespace eqx_quant {
 
@@ -42,14 +56,14 @@ namespace eqx_quant {
 template <typename Binding>
 auto BindMxfp8QuantizeOperands(Binding binding) {
   return std::move(binding)
-      .template Arg<xla::ffi::AnyBuffer>()  // x
-      .template Ret<xla::ffi::AnyBuffer>()  // row
-      .template Ret<xla::ffi::AnyBuffer>()  // row_scale
-      .template Ret<xla::ffi::AnyBuffer>()  // col
-      .template Ret<xla::ffi::AnyBuffer>()  // col_scale
-      .template Attr<int64_t>("block_axis")
-      .template Attr<bool>("rowwise")
-      .template Attr<bool>("colwise");
+      .template Arg<xla::ffi::AnyBuffer>()              // x
+      .template Ret<xla::ffi::AnyBuffer>()              // row
+      .template Ret<xla::ffi::AnyBuffer>()              // row_scale
+      .template Ret<xla::ffi::AnyBuffer>()              // col
+      .template Ret<xla::ffi::AnyBuffer>()              // col_scale
+      .template Ret<xla::ffi::Buffer<xla::ffi::F32>>()  // dbias_nodes
+      .template Ret<xla::ffi::AnyBuffer>()              // dbias_cast
+      .template Attrs<Mxfp8QuantizeAttrs>();
 }
 
 }  // namespace eqx_quant

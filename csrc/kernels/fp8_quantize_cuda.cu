@@ -241,9 +241,8 @@ LaunchStatus LaunchCast(const Fp8QuantizeProblem& problem,
 // and an FP8 output (TreeSumsApply), then the cast without dbias.
 
 
-LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
-                            const Fp8QuantizeBuffers& buffers,
-                            cudaStream_t stream) {
+ColumnTreeSums TreeSumsOf(const Fp8QuantizeProblem& problem,
+                          const Fp8QuantizeBuffers& buffers) {
   ColumnTreeSums sums;
   sums.x = buffers.x;
   sums.input_type = problem.input_type;
@@ -253,6 +252,20 @@ LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
   sums.nodes = problem.dbias_split;
   sums.sums = buffers.dbias;
   sums.amax = buffers.amax;
+  return sums;
+}
+
+// mx: null, or the MXFP8 rowwise output written in the same read.
+LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
+                            const Fp8QuantizeBuffers& buffers,
+                            cudaStream_t stream,
+                            const Mxfp8RowOutput* mx = nullptr) {
+  ColumnTreeSums sums = TreeSumsOf(problem, buffers);
+  if (mx != nullptr) {
+    sums.mx_row = mx->row;
+    sums.mx_row_scale = mx->row_scale;
+    sums.mx_format = mx->format;
+  }
   const GroupedLaunchStatus status = LaunchColumnTreeSums(sums, stream);
   if (status.ok) return LaunchStatus{};
   if (status.cuda_error != 0) {
@@ -433,6 +446,45 @@ bool TreeSumsApply(const Fp8QuantizeProblem& problem) {
 }
 
 }  // namespace fp8
+
+bool Fp8DbiasOnlyTakesMxfp8(const Fp8QuantizeProblem& problem, const void* x) {
+  Fp8QuantizeBuffers buffers;
+  buffers.x = x;
+  return fp8::TreeSumsFit(problem) &&
+         ColumnTreeSumsTakeMxfp8(fp8::TreeSumsOf(problem, buffers));
+}
+
+LaunchStatus Fp8DbiasOnly(const Fp8QuantizeProblem& problem,
+                          const Fp8QuantizeBuffers& buffers,
+                          const Mxfp8RowOutput* mx, CUstream_st* stream) {
+  using namespace fp8;
+  if (problem.rowwise || problem.colwise || !problem.with_dbias) {
+    return Invalid("Fp8DbiasOnly takes a dbias-only problem");
+  }
+  if (problem.batch <= 0 || problem.cols <= 0 ||
+      problem.dbias_kept_rows <= 0) {
+    return LaunchStatus{};
+  }
+  if (problem.rows > 0) {
+    if (!TreeSumsFit(problem)) {
+      return Invalid("Fp8DbiasOnly takes one tree per example over one axis");
+    }
+    Fp8QuantizeBuffers sums = buffers;
+    sums.amax = nullptr;  // no amax
+    const LaunchStatus status = LaunchTreeSums(problem, sums, stream, mx);
+    if (!status.ok) return status;
+  } else {
+    // No rows: every node sum is +0 (the tree over nothing).
+    const cudaError_t error = cudaMemsetAsync(
+        buffers.dbias, 0,
+        sizeof(float) * problem.batch * problem.dbias_kept_rows *
+            problem.dbias_split * problem.cols,
+        stream);
+    if (error != cudaSuccess) return Failed(error, "zeroing dbias");
+  }
+  if (!FinishDbiasApplies(problem)) return LaunchStatus{};
+  return LaunchFinishDbias(problem, buffers, stream, SmCount());
+}
 
 LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
                          const Fp8QuantizeBuffers& buffers,

@@ -341,6 +341,28 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
                          const Fp8QuantizeBuffers& buffers,
                          CUstream_st* stream);
 
+// x's MXFP8 rowwise blocks (1x32 along each row of cols, E8M0 scales),
+// written by Fp8DbiasOnly in the same read as the dbias.
+struct Mxfp8RowOutput {
+  uint8_t* row = nullptr;        // batch x rows x cols FP8 bytes
+  uint8_t* row_scale = nullptr;  // batch x rows x cols / 32 E8M0 bytes
+  Fp8Format format = Fp8Format::kE4M3Fn;
+};
+
+// Whether Fp8DbiasOnly takes the MXFP8 rowwise output of x for `problem`
+// (cols % 32 == 0, x 16-byte aligned, nodes short enough).
+bool Fp8DbiasOnlyTakesMxfp8(const Fp8QuantizeProblem& problem, const void* x);
+
+// The dbias of a dbias-only problem (with_dbias, neither FP8 output, one tree
+// per example over at most one axis longer than 1: the MXFP8 op's dbias)
+// into buffers.dbias (and buffers.dbias_cast): the column tree sums of the
+// split's nodes, then the finish. scale, scale_inv and amax are neither read
+// nor written. With `mx` (Fp8DbiasOnlyTakesMxfp8 must hold) also x's MXFP8
+// rowwise blocks, in the same read.
+LaunchStatus Fp8DbiasOnly(const Fp8QuantizeProblem& problem,
+                          const Fp8QuantizeBuffers& buffers,
+                          const Mxfp8RowOutput* mx, CUstream_st* stream);
+
 }  // namespace cuda
 }  // namespace eqx_quant
 

@@ -27,7 +27,12 @@
 // The same kernel serves the dense FP8 dbias with current scaling
 // (LaunchColumnTreeSums, kernels/column_tree_sums_cuda.h): no group sizes,
 // `groups` equal chunks of rows (the dbias tree's nodes at one depth), and
-// each example's amax max |x| published with one atomicMax per CTA.
+// each example's amax max |x| published with one atomicMax per CTA; and the
+// MXFP8 op's dbias (kMx): the same sums, and in the same read every loaded
+// row quantized to MXFP8 rowwise (a 32-element block is 4 lanes of 8
+// bf16 / f16 columns or 8 lanes of 4 f32 columns: their key max by
+// shuffles, the E8M0 byte from the block's first lane, the FP8 bytes by a
+// streaming store), exactly as the MXFP8 kernels (mxfp8_quantize_cuda_device.cuh).
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -35,15 +40,18 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/e8m0.h"
 #include "common/float_narrow.h"
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
+#include "common/mxfp8_problem.h"
 #include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_dbias_tree_cuda.cuh"
 #include "kernels/column_tree_sums_cuda.h"
 #include "kernels/grouped_quantize_cuda.h"
 #include "kernels/grouped_quantize_cuda_device.cuh"
-#include "kernels/mxfp8_quantize_cuda_device.cuh"  // input types
+#include "kernels/fp8_convert_cuda.cuh"  // StoreCastWords
+#include "kernels/mxfp8_quantize_cuda_device.cuh"
 
 namespace eqx_quant::cuda {
 namespace {
@@ -60,6 +68,14 @@ constexpr int kMaxClusterLevels = 3;  // 8 CTAs: the portable cluster size
 // What __launch_bounds__ asks for: 4 CTAs per SM (64 registers, no spills)
 // keep the SM's loads going while other CTAs add, combine or start.
 constexpr int kBlocksPerSm = 4;
+// With the MXFP8 output: 2 CTAs (128 registers; at 3 it spills): the chunk's 16 vectors stay
+// live through the quantization.
+constexpr int kMxBlocksPerSm = 2;
+
+constexpr int kMxBlock = static_cast<int>(kMxfp8BlockSize);  // 32
+
+// The MXFP8 rowwise output written in the same read (kernels/column_tree_sums_cuda.h).
+enum class MxRow { kNone, kE4M3, kE5M2 };
 // ClusterLevels' wave target: CTAs per SM per wave (tuned at 2 CTAs per SM).
 constexpr int kWaveCtasPerSm = 2;
 // Dynamic shared memory for the warps' binary counters (levels x lane
@@ -79,6 +95,8 @@ struct TreeParams {
   RowSpec rs;          // R, U
   int64_t col_tiles;   // ceil(N / slab)
   int cluster_levels;  // c: 2^c CTAs per (group, slab)
+  uint8_t* mx_row;        // with kMx: batch x R x N FP8 bytes
+  uint8_t* mx_row_scale;  // with kMx: batch x R x N / 32 E8M0 bytes
 };
 
 // The bits of a word of -0.0 elements (an empty slot).
@@ -114,11 +132,15 @@ __device__ __forceinline__ void LoadLane(const typename In::Storage* p,
 
 // out = the perfect tree over slots [kLo, kLo + kN), per lane column; with
 // kAmax, amax = max(amax, |leaf|) over the leaves (NaN ignored; an empty slot
-// is 0).
-template <typename In, int kLaneCols, bool kAmax, int kLo, int kN>
+// is 0). leaf(j, w[j]) runs on every slot j in increasing order, as the tree
+// reaches it (so a slot's words die after its leaf: the MXFP8 output).
+template <typename In, int kLaneCols, bool kAmax, int kLo, int kN,
+          typename Leaf>
 __device__ __forceinline__ void SlotTree(const uint32_t (&w)[gdt::kChunkSlots][4],
-                                         float (&out)[kLaneCols], float& amax) {
+                                         float (&out)[kLaneCols], float& amax,
+                                         Leaf& leaf) {
   if constexpr (kN == 1) {
+    leaf(kLo, w[kLo]);
 #pragma unroll
     for (int e = 0; e < kLaneCols; ++e) {
       out[e] = In::Element(w[kLo], e);
@@ -127,8 +149,8 @@ __device__ __forceinline__ void SlotTree(const uint32_t (&w)[gdt::kChunkSlots][4
   } else {
     float left[kLaneCols];
     float right[kLaneCols];
-    SlotTree<In, kLaneCols, kAmax, kLo, kN / 2>(w, left, amax);
-    SlotTree<In, kLaneCols, kAmax, kLo + kN / 2, kN / 2>(w, right, amax);
+    SlotTree<In, kLaneCols, kAmax, kLo, kN / 2>(w, left, amax, leaf);
+    SlotTree<In, kLaneCols, kAmax, kLo + kN / 2, kN / 2>(w, right, amax, leaf);
 #pragma unroll
     for (int e = 0; e < kLaneCols; ++e) out[e] = __fadd_rn(left[e], right[e]);
   }
@@ -144,9 +166,50 @@ __device__ __forceinline__ float Sum8(float (&s)[8]) {
   return s[0];
 }
 
+// kMx: the MXFP8 rowwise blocks of a loaded chunk, one slot at a time (the
+// SlotTree leaf). Slot j holds the chunk's next row iff SlotKey(j) < m
+// (warp-uniform), so the rows go to the slots in slot order; the lanes of a
+// block are all live or all not (N % 32 == 0). row / scale: where the
+// chunk's first row goes in mx_row / mx_row_scale, at this lane.
+template <typename In, Fp8Format kFormat>
+struct MxRowLeaf {
+  int m;
+  bool live;
+  int64_t cols;
+  uint8_t* row;
+  uint8_t* scale;
+  int r = 0;  // rows in the slots before this one
+
+  __device__ __forceinline__ void operator()(int j, const uint32_t (&w)[4]) {
+    constexpr int kLanesPerBlock = kMxBlock / In::kVec;
+    if (gdt::SlotKey(j) >= m) return;
+    uint32_t key = mxfp8::VectorKey<In>(w);
+#pragma unroll
+    for (int s = 1; s < kLanesPerBlock; s *= 2) {
+      key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
+    }
+    const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
+    if (live) {
+      const float factor = E8m0ReciprocalScale(e);
+      uint32_t q[In::kVec / 4];
+      mxfp8::QuantizeVector<In, kFormat, true>(w, &factor, q);
+      StoreCastWords(row + r * cols, q);
+      if (threadIdx.x % kLanesPerBlock == 0) scale[r * (cols / kMxBlock)] = e;
+    }
+    ++r;
+  }
+};
+
+// The SlotTree leaf without an MXFP8 output.
+struct NoLeaf {
+  __device__ __forceinline__ void operator()(int, const uint32_t (&)[4]) {}
+};
+
 // kAmax: also publish each example's amax (p.amax); the grouped dbias has none.
-template <typename In, int kLaneCols, bool kAmax>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+template <typename In, int kLaneCols, bool kAmax, MxRow kMx>
+__global__ void __launch_bounds__(kThreads, kMx == MxRow::kNone
+                                                ? kBlocksPerSm
+                                                : kMxBlocksPerSm)
     DbiasTreeKernel(const __grid_constant__ TreeParams p) {
   using Storage = typename In::Storage;
   constexpr int kSlab = 32 * kLaneCols;  // columns per CTA
@@ -197,9 +260,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       gdt::DescendNode(count, (rank << gdt::kWarpLevels) | warp, top, &begin,
                        &node_rows);
       const int s = gdt::WarpChunkLevels(count, top);
-      const Storage* base = static_cast<const Storage*>(p.x) +
-                            (ex * p.rows + start + begin) * N +
-                            (valid ? col0 : 0);
+      const int64_t first_row = ex * p.rows + start + begin;
+      const Storage* base =
+          static_cast<const Storage*>(p.x) + first_row * N + (valid ? col0 : 0);
+      // kMx: where the chunk's first row goes (advanced with `base`).
+      uint8_t* mx_row = nullptr;
+      uint8_t* mx_scale = nullptr;
+      if constexpr (kMx != MxRow::kNone) {
+        mx_row = p.mx_row + first_row * N + (valid ? col0 : 0);
+        mx_scale = p.mx_row_scale + first_row * (N / kMxBlock) +
+                   (valid ? col0 / kMxBlock : 0);
+      }
       float sum[kLaneCols];
 #pragma unroll
       for (int e = 0; e < kLaneCols; ++e) sum[e] = -0.0f;
@@ -219,7 +290,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         }
         base += m * N;
         float v[kLaneCols];
-        SlotTree<In, kLaneCols, kAmax, 0, gdt::kChunkSlots>(w, v, amax);
+        if constexpr (kMx != MxRow::kNone) {
+          constexpr Fp8Format kFormat = kMx == MxRow::kE4M3 ? Fp8Format::kE4M3Fn
+                                                             : Fp8Format::kE5M2;
+          MxRowLeaf<In, kFormat> leaf{m, valid, N, mx_row, mx_scale};
+          SlotTree<In, kLaneCols, kAmax, 0, gdt::kChunkSlots>(w, v, amax, leaf);
+          mx_row += m * N;
+          mx_scale += m * (N / kMxBlock);
+        } else {
+          NoLeaf leaf;
+          SlotTree<In, kLaneCols, kAmax, 0, gdt::kChunkSlots>(w, v, amax, leaf);
+        }
         // Binary counter: merge with the pending left sums this chunk ends.
         int level = 0;
         for (uint32_t t = q; (t & 1u) != 0; t >>= 1, ++level) {
@@ -300,10 +381,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 }
 
 template <typename In, int kLaneCols>
-GroupedLaunchStatus LaunchTree(const TreeParams& p, int stack_levels,
+GroupedLaunchStatus LaunchTree(const TreeParams& p, MxRow mx, int stack_levels,
                                cudaStream_t stream) {
-  auto* kernel = p.amax != nullptr ? &DbiasTreeKernel<In, kLaneCols, true>
-                                   : &DbiasTreeKernel<In, kLaneCols, false>;
+  auto* kernel = p.amax != nullptr
+                     ? &DbiasTreeKernel<In, kLaneCols, true, MxRow::kNone>
+                     : &DbiasTreeKernel<In, kLaneCols, false, MxRow::kNone>;
+  if constexpr (kLaneCols == In::kVec) {  // the MXFP8 output: 16-byte lanes
+    if (mx == MxRow::kE4M3) kernel = &DbiasTreeKernel<In, kLaneCols, false, MxRow::kE4M3>;
+    if (mx == MxRow::kE5M2) kernel = &DbiasTreeKernel<In, kLaneCols, false, MxRow::kE5M2>;
+  }
   const int64_t stack_bytes =
       int64_t{stack_levels} * kLaneCols * kThreads * int64_t{sizeof(float)};
   if (stack_bytes > 48 * 1024) {
@@ -350,10 +436,25 @@ int ClusterLevels(const GroupedView& v, int64_t col_tiles) {
   return c;
 }
 
+// The 16-byte lanes: every row a run of aligned 16-byte vectors and the
+// warps' binary counters within kMaxStackBytes. `levels`: their depth.
+template <typename In>
+bool SixteenByteLanes(const GroupedView& v, const void* x, int64_t longest,
+                      int* cluster_levels, int* levels) {
+  constexpr int kVec = In::kVec;  // elements per 16 bytes
+  *cluster_levels = ClusterLevels(v, grouped::CeilDiv(v.cols, int64_t{32 * kVec}));
+  *levels = gdt::MaxWarpChunkLevels(longest, *cluster_levels + gdt::kWarpLevels);
+  return v.cols % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         int64_t{*levels} * kVec * kThreads * 4 <= kMaxStackBytes;
+}
+
+// mx: the MXFP8 rowwise output (MxRow::kNone, or its format: then
+// mx_row / mx_row_scale are set, amax is null and SixteenByteLanes holds).
 template <typename In>
 GroupedLaunchStatus LaunchForType(const GroupedView& v,
                                   const GroupedDbiasBuffers& buffers,
-                                  float* amax, cudaStream_t stream) {
+                                  float* amax, MxRow mx, uint8_t* mx_row,
+                                  uint8_t* mx_row_scale, cudaStream_t stream) {
   constexpr int kVec = In::kVec;  // elements per 16 bytes
   TreeParams p{};
   p.x = buffers.x;
@@ -366,30 +467,31 @@ GroupedLaunchStatus LaunchForType(const GroupedView& v,
   p.cols = v.cols;
   p.groups = v.groups;
   p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
-  // 16-byte lanes when every row is a run of aligned 16-byte vectors.
-  p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32 * kVec});
-  p.cluster_levels = ClusterLevels(v, p.col_tiles);
+  p.mx_row = mx_row;
+  p.mx_row_scale = mx_row_scale;
   // The largest group: any up to R rows, or the equal chunks.
   const int64_t longest =
       buffers.group_sizes != nullptr ? v.rows : v.rows / v.groups;
-  int levels = gdt::MaxWarpChunkLevels(
-      longest, p.cluster_levels + gdt::kWarpLevels);
-  if (v.cols % kVec == 0 &&
-      reinterpret_cast<uintptr_t>(buffers.x) % 16 == 0 &&
-      int64_t{levels} * kVec * kThreads * 4 <= kMaxStackBytes) {
-    return LaunchTree<In, kVec>(p, levels, stream);
+  int levels = 0;
+  if (SixteenByteLanes<In>(v, buffers.x, longest, &p.cluster_levels, &levels)) {
+    p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32 * kVec});
+    return LaunchTree<In, kVec>(p, mx, levels, stream);
+  }
+  if (mx != MxRow::kNone) {
+    return Unsupported("the MXFP8 output needs rows of aligned 16-byte vectors");
   }
   p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32});
   p.cluster_levels = ClusterLevels(v, p.col_tiles);
   levels = gdt::MaxWarpChunkLevels(longest,
                                    p.cluster_levels + gdt::kWarpLevels);
   if (levels > 30) return Unsupported("too many rows (more than 2^37)");
-  return LaunchTree<In, 1>(p, levels, stream);
+  return LaunchTree<In, 1>(p, MxRow::kNone, levels, stream);
 }
 
 GroupedLaunchStatus LaunchTreeSums(const GroupedView& v,
                                    const GroupedDbiasBuffers& buffers,
-                                   float* amax, cudaStream_t stream) {
+                                   float* amax, MxRow mx, uint8_t* mx_row,
+                                   uint8_t* mx_row_scale, cudaStream_t stream) {
   if (v.batch == 0 || v.cols == 0 || v.groups == 0) {
     return GroupedLaunchStatus{};
   }
@@ -398,13 +500,23 @@ GroupedLaunchStatus LaunchTreeSums(const GroupedView& v,
   }
   switch (v.input_type) {
     case InputType::kF32:
-      return LaunchForType<F32In>(v, buffers, amax, stream);
+      return LaunchForType<F32In>(v, buffers, amax, mx, mx_row, mx_row_scale, stream);
     case InputType::kF16:
-      return LaunchForType<F16In>(v, buffers, amax, stream);
+      return LaunchForType<F16In>(v, buffers, amax, mx, mx_row, mx_row_scale, stream);
     case InputType::kBF16:
-      return LaunchForType<Bf16In>(v, buffers, amax, stream);
+      return LaunchForType<Bf16In>(v, buffers, amax, mx, mx_row, mx_row_scale, stream);
   }
   return Unsupported("unknown input type");
+}
+
+GroupedView ColumnTreeView(const ColumnTreeSums& problem) {
+  GroupedView v;
+  v.input_type = problem.input_type;
+  v.batch = problem.batch;
+  v.rows = problem.rows;
+  v.cols = problem.cols;
+  v.groups = problem.nodes;
+  return v;
 }
 
 }  // namespace
@@ -412,7 +524,28 @@ GroupedLaunchStatus LaunchTreeSums(const GroupedView& v,
 GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
                                  const GroupedDbiasBuffers& buffers,
                                  CUstream_st* stream) {
-  return LaunchTreeSums(problem.view, buffers, nullptr, stream);
+  return LaunchTreeSums(problem.view, buffers, nullptr, MxRow::kNone, nullptr,
+                        nullptr, stream);
+}
+
+bool ColumnTreeSumsTakeMxfp8(const ColumnTreeSums& problem) {
+  if (problem.nodes <= 0 || problem.rows % problem.nodes != 0 ||
+      problem.cols % kMxBlock != 0 || problem.amax != nullptr) {
+    return false;
+  }
+  const GroupedView v = ColumnTreeView(problem);
+  const int64_t longest = problem.rows / problem.nodes;
+  int cluster_levels = 0;
+  int levels = 0;
+  switch (problem.input_type) {
+    case InputType::kF32:
+      return SixteenByteLanes<F32In>(v, problem.x, longest, &cluster_levels, &levels);
+    case InputType::kF16:
+      return SixteenByteLanes<F16In>(v, problem.x, longest, &cluster_levels, &levels);
+    case InputType::kBF16:
+      return SixteenByteLanes<Bf16In>(v, problem.x, longest, &cluster_levels, &levels);
+  }
+  return false;
 }
 
 GroupedLaunchStatus LaunchColumnTreeSums(const ColumnTreeSums& problem,
@@ -420,16 +553,18 @@ GroupedLaunchStatus LaunchColumnTreeSums(const ColumnTreeSums& problem,
   if (problem.nodes <= 0 || problem.rows % problem.nodes != 0) {
     return Unsupported("column tree sums need rows divisible by nodes");
   }
-  GroupedView v;
-  v.input_type = problem.input_type;
-  v.batch = problem.batch;
-  v.rows = problem.rows;
-  v.cols = problem.cols;
-  v.groups = problem.nodes;
+  MxRow mx = MxRow::kNone;
+  if (problem.mx_row != nullptr) {
+    if (!ColumnTreeSumsTakeMxfp8(problem)) {
+      return Unsupported("the MXFP8 output does not fit the column tree sums");
+    }
+    mx = problem.mx_format == Fp8Format::kE4M3Fn ? MxRow::kE4M3 : MxRow::kE5M2;
+  }
   GroupedDbiasBuffers buffers;
   buffers.x = problem.x;
   buffers.dbias = problem.sums;  // f32 (dbias_type's default)
-  return LaunchTreeSums(v, buffers, problem.amax, stream);
+  return LaunchTreeSums(ColumnTreeView(problem), buffers, problem.amax, mx,
+                        problem.mx_row, problem.mx_row_scale, stream);
 }
 
 }  // namespace eqx_quant::cuda

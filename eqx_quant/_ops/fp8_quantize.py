@@ -13,16 +13,10 @@ One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX referenc
 - `dbias`: `B + S[fa:]` in x's dtype, or (0,): the float32 canonical tree sum (see
   `reference/_tree.py`) over `S[:fa]`, cast with NaN canonical (`reference.cast_canonical`).
 
-The kernel (inner primitive, `eqx_quant_fp8_quantize`) returns a sixth output, and its dbias
-is partial: `dbias` is float32 `B + S[:keep] + (split,) + S[fa:]`, the leading `keep` reduced
-axes unreduced (they are sharded) and axis `keep` as the `split` node sums of its tree (so a
-GPU can spread the reduction over many blocks), with node 0 overwritten by the kernel's own
-finishing tree over all nodes (the axis' whole local tree; the other nodes keep their sums);
-`dbias_cast` (with the `dbias_cast` param, else (0,)) is node 0 in x's dtype,
-`B + S[:keep] + S[fa:]`. When the local tree is the whole tree (no reduced axis sharded) the
-op returns `dbias_cast` as is, so no XLA kernel has to slice and cast; otherwise
-`_finish_dbias` takes node 0 and completes the tree over the sharded axes, gathering their
-partial sums (bit-identical under any power-of-two sharding), and casts.
+The kernel (inner primitive, `eqx_quant_fp8_quantize`) returns a sixth output: its dbias is
+the node sums of `_dbias.py` (float32 `B + S[:keep] + (split,) + S[fa:]`) and `dbias_cast`
+(with the `dbias_cast` param, else (0,)) node 0 in x's dtype; `_local` returns that cast as is
+when no reduced axis is sharded, else `_dbias.finish` completes the tree across the shards.
 """
 
 import dataclasses
@@ -35,14 +29,8 @@ from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
 from .. import reference
-from . import _sharding
+from . import _dbias, _sharding
 from ._primitive import Op, OpSpec
-
-
-# Node sums per dbias tree that a kernel returns (a power of two; 64 spreads an 8192-row
-# reduction over 64 x (columns / block) GPU blocks). The kernels accept at most this many
-# (kMaxDbiasSplit, csrc/common/fp8_quantize_problem.h).
-DBIAS_SPLIT = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,18 +166,15 @@ def _local(params, example_spec, bind_inner, x, scale):
     """The op on one device's shards: the kernel, then the collectives that make the amax and
     dbias global (`example_spec` = the mesh axes of each per-example dim, None if unsharded)."""
     nb, fa = params.n_batch, params.flatten_axis
-    sharded_reduced = [i for i in range(fa) if example_spec[i] is not None]
-    keep = max(sharded_reduced) if (params.with_dbias and sharded_reduced) else 0
-    split = 1
-    if params.with_dbias and keep < fa:
-        # The largest power of two (<= DBIAS_SPLIT) that divides the axis: its tree's nodes
-        # at that depth are then equal chunks (with a remainder they would not be).
-        length = x.shape[nb + keep]
-        split = min(DBIAS_SPLIT, length & -length) if length > 0 else 1
-    # The kernel's node 0 is the whole dbias when no reduced axis is sharded.
-    cast_in_kernel = params.with_dbias and not sharded_reduced
+    if params.with_dbias:
+        dbias_plan = _dbias.plan(x.shape, nb, fa, example_spec)
+    else:
+        dbias_plan = _dbias.DbiasPlan(keep=0, split=1, cast=False)
     inner = dataclasses.replace(
-        params, dbias_keep=keep, dbias_split=split, dbias_cast=cast_in_kernel
+        params,
+        dbias_keep=dbias_plan.keep,
+        dbias_split=dbias_plan.split,
+        dbias_cast=dbias_plan.cast,
     )
     amax_axes = tuple(a for e in example_spec for a in _sharding.axes_of(e))
     if params.scale_from_amax and amax_axes:
@@ -199,9 +184,8 @@ def _local(params, example_spec, bind_inner, x, scale):
     row, col, scale_inv, amax, dbias, dbias_cast = bind_inner(x, scale, params=inner)
     if amax_axes:
         amax = lax.pmax(amax, amax_axes)
-    if params.with_dbias and not cast_in_kernel:
-        dbias_cast = _finish_dbias(dbias, nb, keep, example_spec[:fa])
-        dbias_cast = reference.cast_canonical(dbias_cast, x.dtype)
+    if params.with_dbias and not dbias_plan.cast:
+        dbias_cast = _dbias.finish(dbias, x.dtype, nb, dbias_plan.keep, example_spec[:fa])
     # The result, or (0,) in x's dtype without dbias.
     return row, col, scale_inv, amax, dbias_cast
 
@@ -213,24 +197,6 @@ def _global_current_scale(params, x, fallback, amax_axes):
     return reference.compute_scale(lax.pmax(local, amax_axes), params.q_dtype, 0.0, fallback)
 
 
-def _finish_dbias(partial, n_batch, keep, reduced_spec):
-    """Complete the canonical tree: axis `keep` (its local tree is node 0 of the kernel's split
-    nodes), then axes keep-1..0, each gathered across its shards first when sharded (only the
-    small partial sums move)."""
-    for axis in range(keep, -1, -1):
-        position = n_batch + axis
-        # This device's part of the axis, then its other shards' parts.
-        if axis == keep:
-            partial = lax.index_in_dim(partial, 0, position, keepdims=False)
-        else:
-            partial = reference.tree_sum_by_slices(partial, position)
-        names = _sharding.axes_of(reduced_spec[axis]) if axis < len(reduced_spec) else ()
-        if names:
-            gathered = lax.all_gather(partial, names, axis=position, tiled=False)
-            partial = reference.tree_sum_by_slices(gathered, position)
-    return partial
-
-
 def _partition(params, mesh, arg_infos, result_infos):
     del result_infos
     x_info = arg_infos[0]
@@ -238,15 +204,7 @@ def _partition(params, mesh, arg_infos, result_infos):
     spec = _sharding.padded_spec(x_info.sharding, len(x_info.shape))
     spec = _sharding.keep_divisible(mesh, x_info.shape, spec)
     if params.with_dbias:
-        # The canonical tree splits an axis into halves; only power-of-two shard counts align.
-        spec = [
-            None
-            if nb <= d < nb + fa
-            and e is not None
-            and not _sharding.is_power_of_two(_sharding.shard_count(mesh, e))
-            else e
-            for d, e in enumerate(spec)
-        ]
+        spec = _dbias.power_of_two_reduced(spec, mesh, nb, fa)
     batch, example = spec[:nb], spec[nb:]
 
     def local_fn(bind_inner, x, scale):
@@ -281,3 +239,20 @@ fp8_quantize_op = Op(
         unsharded=_unsharded,
     )
 )
+
+
+def dbias_only_local(x, example_spec, n_batch: int, flatten_axis: int, impl: str):
+    """The dbias alone (this op's dbias-only form) of one device's `x`, complete across the
+    sharded reduced axes, in x's dtype: for an op whose own kernel takes only simple trees
+    (`mxfp8_quantize`), inside its partition."""
+    params = Fp8QuantizeParams(
+        q_dtype="float8_e4m3fn",
+        flatten_axis=flatten_axis,
+        rowwise=False,
+        colwise=False,
+        with_dbias=True,
+        impl=impl,
+        n_batch=n_batch,
+    )
+    scale = jnp.ones(x.shape[:n_batch] + (1,), jnp.float32)
+    return _local(params, example_spec, fp8_quantize_op.bind_inner, x, scale)[4]

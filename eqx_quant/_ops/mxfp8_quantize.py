@@ -1,9 +1,18 @@
-"""The MXFP8 quantize op: 1x32 blocks with E8M0 scales, rowwise and/or colwise in one pass.
+"""The MXFP8 quantize op: 1x32 blocks with E8M0 scales, rowwise and/or colwise in one pass,
+and optionally the fused bias gradient.
 
-`eqx_quant_mxfp8_quantize(x) -> (row, row_scale, col, col_scale)` (docs/block_formats.md):
+`eqx_quant_mxfp8_quantize(x) -> (row, row_scale, col, col_scale, dbias)` (docs/block_formats.md):
 rowwise blocks along the last axis, colwise blocks along axis `fa - 1`, both in x's layout;
-scales as E8M0 bytes (`uint8`). No per-tensor quantity, so a batch (vmap) is just more rows
-and a shard needs no collective: the partition only keeps blocks whole on each device.
+scales as E8M0 bytes (`uint8`); with `with_dbias` the canonical tree sum of x over `S[:fa]`
+in x's dtype (`B + S[fa:]`, exactly the FP8 op's dbias), else (0,). No per-tensor quantity,
+so without dbias a batch (vmap) is just more rows and a shard needs no collective: the
+partition only keeps blocks whole on each device.
+
+The kernel (inner primitive) returns the dbias as the node sums and cast of `_dbias.py`. It
+takes one tree per example over at most one axis longer than 1 (a (tokens, hidden) gradient,
+or one whose other reduced axes are 1): on the GPU the rowwise blocks are then written in the
+dbias' one read of x. Other trees (a kept or a second long reduced axis on this device) take
+the FP8 op's dbias-only form next to this op's kernel.
 """
 
 import dataclasses
@@ -15,7 +24,8 @@ from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
 from ..reference import _blocks, _mx
-from . import _sharding
+from . import _dbias, _sharding
+from .fp8_quantize import Fp8QuantizeParams, dbias_only_local, fp8_quantize_op
 from ._primitive import Op, OpSpec
 
 
@@ -32,6 +42,10 @@ class Mxfp8QuantizeParams:
     colwise: bool
     impl: str
     n_batch: int = 0
+    with_dbias: bool = False
+    dbias_keep: int = 0  # inner primitive only
+    dbias_split: int = 1  # inner primitive only
+    dbias_cast: bool = False  # inner primitive only
 
     def block_axis(self) -> int:
         return self.n_batch + self.flatten_axis - 1 if self.colwise else -1
@@ -39,8 +53,14 @@ class Mxfp8QuantizeParams:
     def ffi_attrs(self) -> dict:
         return dict(
             block_axis=np.int64(self.block_axis()),
+            n_batch=np.int64(self.n_batch),
+            flatten_axis=np.int64(self.flatten_axis),
+            dbias_keep=np.int64(self.dbias_keep),
+            dbias_split=np.int64(self.dbias_split),
             rowwise=bool(self.rowwise),
             colwise=bool(self.colwise),
+            with_dbias=bool(self.with_dbias),
+            dbias_cast=bool(self.dbias_cast),
         )
 
 
@@ -54,7 +74,7 @@ def scale_shapes(shape: tuple[int, ...], flatten_axis: int, block: int):
     return row, shape[:k] + (-(-shape[k] // block),) + shape[k + 1 :]
 
 
-def _abstract_eval(params, x):
+def _quantized_avals(params, x):
     nb = params.n_batch
     batch, s = x.shape[:nb], x.shape[nb:]
     q = jnp.dtype(params.q_dtype)
@@ -68,6 +88,23 @@ def _abstract_eval(params, x):
     )
 
 
+def _abstract_eval(params, x):
+    nb, fa = params.n_batch, params.flatten_axis
+    dbias = x.shape[:nb] + x.shape[nb + fa :] if params.with_dbias else (0,)
+    return _quantized_avals(params, x) + (ShapedArray(dbias, x.dtype),)
+
+
+def _inner_abstract_eval(params, x):
+    nb, fa, keep = params.n_batch, params.flatten_axis, params.dbias_keep
+    batch, s = x.shape[:nb], x.shape[nb:]
+    nodes = batch + s[:keep] + (params.dbias_split,) + s[fa:] if params.with_dbias else (0,)
+    cast = batch + s[:keep] + s[fa:] if params.dbias_cast else (0,)
+    return _quantized_avals(params, x) + (
+        ShapedArray(nodes, jnp.float32),
+        ShapedArray(cast, x.dtype),
+    )
+
+
 def _reference(params, x):
     def one(xe):
         return _blocks.mxfp8_quantize(
@@ -75,10 +112,30 @@ def _reference(params, x):
         )
 
     nb = params.n_batch
+    avals = _inner_abstract_eval(params, x)
     if nb == 0:
-        return one(x)
-    outs = jax.vmap(one)(x.reshape((-1,) + x.shape[nb:]))
-    return tuple(o.reshape(a.shape) for o, a in zip(outs, _abstract_eval(params, x)))
+        outs = one(x)
+    else:
+        outs = jax.vmap(one)(x.reshape((-1,) + x.shape[nb:]))
+        outs = tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+    if not params.with_dbias:
+        return (*outs, jnp.zeros((0,), jnp.float32), jnp.zeros((0,), x.dtype))
+    # The FP8 reference's dbias outputs (the same trees, bit for bit).
+    fp8 = Fp8QuantizeParams(
+        q_dtype="float8_e4m3fn",
+        flatten_axis=params.flatten_axis,
+        rowwise=False,
+        colwise=False,
+        with_dbias=True,
+        impl="reference",
+        n_batch=nb,
+        dbias_keep=params.dbias_keep,
+        dbias_split=params.dbias_split,
+        dbias_cast=params.dbias_cast,
+    )
+    scale = jnp.ones(x.shape[:nb] + (1,), jnp.float32)
+    nodes, cast = fp8_quantize_op.spec.reference(fp8, x, scale)[4:]
+    return (*outs, nodes, cast)
 
 
 def _batch(params, args, dims):
@@ -89,6 +146,7 @@ def _batch(params, args, dims):
         0 if params.rowwise else None,
         0 if params.colwise else None,
         0 if params.colwise else None,
+        0 if params.with_dbias else None,
     )
     return new, (jnp.moveaxis(x, d, 0),), out_dims
 
@@ -115,6 +173,7 @@ def _sharding_rule(params, mesh, value_types, result_types):
         b + rule.scale_dims(len(shape) - 1) if params.rowwise else rule.dummy(),
         x if params.colwise else rule.dummy(),
         b + rule.scale_dims(fa - 1) if params.colwise else rule.dummy(),
+        b + rule.x[fa:] if params.with_dbias else rule.dummy(),
     ]
     return rule.render([x], results)
 
@@ -122,36 +181,70 @@ def _sharding_rule(params, mesh, value_types, result_types):
 def _partition(params, mesh, arg_infos, result_infos):
     del result_infos
     x_info = arg_infos[0]
-    nb = params.n_batch
+    nb, fa = params.n_batch, params.flatten_axis
     rank = len(x_info.shape) - nb
     spec = _sharding.padded_spec(x_info.sharding, len(x_info.shape))
     spec = _sharding.keep_divisible(mesh, x_info.shape, spec)
     blocked = {nb + (d % rank): b for d, b in _blocked_dims(params).items()}
     spec = _sharding.keep_blocks_whole(mesh, x_info.shape, spec, blocked)
+    if params.with_dbias:
+        spec = _dbias.power_of_two_reduced(spec, mesh, nb, fa)
     p = PartitionSpec(*spec)
     none = PartitionSpec(None)
+    example = spec[nb:]
 
     def local_fn(bind_inner, x):
-        return bind_inner(x, params=params)
+        return _local(params, example, bind_inner, x)
 
     result_specs = (
         p if params.rowwise else none,
         p if params.rowwise else none,
         p if params.colwise else none,
         p if params.colwise else none,
+        PartitionSpec(*spec[:nb], *example[fa:]) if params.with_dbias else none,
     )
     return local_fn, result_specs, (p,)
 
 
+def _one_tree(x_shape, n_batch: int, flatten_axis: int, keep: int) -> bool:
+    """Whether the kernel takes the local dbias: one tree per example (the kept dims are 1)
+    over at most one reduced axis longer than 1."""
+    s = x_shape[n_batch:]
+    return all(d == 1 for d in s[:keep]) and sum(d > 1 for d in s[keep:flatten_axis]) <= 1
+
+
+def _local(params, example_spec, bind_inner, x):
+    """The op on one device's shards (`example_spec` = the mesh axes of each per-example dim,
+    None if unsharded): the kernel, then for a sharded reduced axis the dbias' gather."""
+    nb, fa = params.n_batch, params.flatten_axis
+    if not params.with_dbias:
+        return (*bind_inner(x, params=params)[:4], jnp.zeros((0,), x.dtype))
+    dbias_plan = _dbias.plan(x.shape, nb, fa, example_spec)
+    if not _one_tree(x.shape, nb, fa, dbias_plan.keep):
+        quantized = bind_inner(x, params=dataclasses.replace(params, with_dbias=False))[:4]
+        return (*quantized, dbias_only_local(x, example_spec, nb, fa, params.impl))
+    inner = dataclasses.replace(
+        params,
+        dbias_keep=dbias_plan.keep,
+        dbias_split=dbias_plan.split,
+        dbias_cast=dbias_plan.cast,
+    )
+    *quantized, nodes, dbias = bind_inner(x, params=inner)
+    if not dbias_plan.cast:
+        dbias = _dbias.finish(nodes, x.dtype, nb, dbias_plan.keep, example_spec[:fa])
+    return (*quantized, dbias)
+
+
 def _unsharded(params, bind_inner, x):
-    return bind_inner(x, params=params)
+    rank = x.ndim - params.n_batch
+    return _local(params, [None] * rank, bind_inner, x)
 
 
 mxfp8_quantize_op = Op(
     OpSpec(
         name="mxfp8_quantize",
         abstract_eval=_abstract_eval,
-        inner_abstract_eval=_abstract_eval,
+        inner_abstract_eval=_inner_abstract_eval,
         reference=_reference,
         batch=_batch,
         sharding_rule=_sharding_rule,
