@@ -227,6 +227,64 @@ def test_vmap():
     _check(spread_random((3, 33, 20), jnp.float16, seed=8), "e4m3", vmapped=True)
 
 
+@functools.lru_cache(maxsize=None)
+def _jitted_dbias(q_name, layout, flatten_axis, impl, vmapped):
+    quantizer = eqq.BlockScaleQuantizer(Q_DTYPES[q_name], layout)
+
+    def one(x):
+        tensor, dbias = eqq.quantize_dbias(x, quantizer, flatten_axis, impl=impl)
+        return _arrays(tensor) | {"dbias": dbias}
+
+    return jax.jit(jax.vmap(one) if vmapped else one)
+
+
+# (shape, flatten_axis, x, q, vmapped): the column tree sums writing the rowwise blocks in
+# their read (one long reduced axis, L % 32 == 0: node sums of 64, 32, 4 and 1 rows, a batch,
+# a leading axis of 1, more columns than one slab, f32's 8 lanes per block, columns over two
+# axes), and the fallbacks: L % 32 != 0 (the MXFP8 kernel, then the sums), a nested tree (the
+# FP8 op's dbias-only form: its walk), no rows (zero sums).
+DBIAS_CASES = [
+    ((8192, 256), -1, "bf16", "e4m3", False),
+    ((4096, 1024), -1, "bf16", "e5m2", False),
+    ((96, 64), -1, "f16", "e4m3", False),
+    ((100, 96), -1, "f32", "e4m3", False),
+    ((37, 320), -1, "bf16", "e5m2", False),
+    ((1, 200, 64), -1, "bf16", "e4m3", False),
+    ((3, 128, 96), -1, "bf16", "e4m3", True),
+    ((64, 48), -1, "bf16", "e4m3", False),
+    ((5, 7, 64), -1, "f32", "e4m3", False),
+    ((6, 2, 64), 1, "bf16", "e4m3", False),
+    ((0, 64), -1, "bf16", "e4m3", False),
+]
+
+
+@pytest.mark.parametrize(
+    "shape,flatten_axis,x_name,q_name,vmapped",
+    DBIAS_CASES,
+    ids=[f"{s}-{fa}-{x}-{q}-{v}" for s, fa, x, q, v in DBIAS_CASES],
+)
+def test_quantize_dbias(shape, flatten_axis, x_name, q_name, vmapped):
+    """quantize_dbias: the tensor and the dbias (the fused kernel's node sums, finished and
+    cast) on the GPU == on the CPU, byte for byte, for every layout."""
+    x_np = np.array(spread_random(shape, X_DTYPES[x_name], seed=sum(shape)))
+    if shape[-2] > 1:
+        x_np[..., 1, :] = -x_np[..., 0, :]  # rows that cancel: zero and tiny partial sums
+    device, impl = expected_device_and_impl(("mxfp8_quantize", "fp8_quantize"), CUDA)
+    full = eqq.QuantizeLayout.ROWWISE_COLWISE
+    with jax.default_device(device):
+        want = _jitted_dbias(q_name, full, flatten_axis, impl, vmapped)(
+            jax.device_put(x_np, device)
+        )
+    x_gpu = jax.device_put(x_np, CUDA)
+    for layout in LAYOUTS:
+        with jax.default_device(CUDA):
+            got = _jitted_dbias(q_name, layout, flatten_axis, "ffi", vmapped)(x_gpu)
+        what = f"x {x_np.dtype}{list(shape)} fa={flatten_axis} {q_name} {layout.name}"
+        assert set(got) == outputs_of(want, layout), f"{what}: outputs {sorted(got)}"
+        for key in got:
+            assert_same_bytes(np.asarray(got[key]), np.asarray(want[key]), f"{what}: {key}")
+
+
 _GRAPH_CODE = textwrap.dedent(
     """
     import hashlib
