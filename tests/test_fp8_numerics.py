@@ -171,7 +171,7 @@ def test_dbias_bit_exact(shape, fa, xd, impl):
 def test_dbias_split_nodes_with_node_zero_finished(impl, split, xd):
     """The kernel's dbias split (inner primitive): node p holds the tree sum of its chunk of
     rows, except node 0, which holds the tree over all nodes, i.e. the whole axis' sum, which
-    `_finish_dbias` takes; `dbias_cast` is node 0 in x's dtype (NaN canonical). With a kept
+    `_dbias.finish` takes; `dbias_cast` is node 0 in x's dtype (NaN canonical). With a kept
     leading axis (dbias_keep=1), one split per kept index."""
     from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
 

@@ -98,7 +98,7 @@ def test_dbias_with_sharded_rows_gathers_only_partial_sums(impl):
 @pytest.mark.parametrize("impl", impls())
 @pytest.mark.parametrize("spec", [P("x", None), P(None, "x")], ids=str)
 def test_block_quantize_dbias_sharded(spec, impl):
-    """MXFP8 quantize_dbias (its dbias: the FP8 op with no FP8 output) under sharded jit is
+    """MXFP8 quantize_dbias (its dbias: the MXFP8 op's own node sums) under sharded jit is
     bit-identical; with the rows sharded only the (8, 256) partial sums are gathered, with the
     columns nothing is (x is never gathered)."""
     mesh = MESHES["1d"]()
