@@ -65,9 +65,9 @@ def test_vmap_is_per_example(name):
 
 @pytest.mark.parametrize("name", ["mxfp8", "nvfp4"])
 def test_quantize_dbias_under_vmap_and_grad(name):
-    """quantize_dbias of the block formats (MXFP8: from its own op; NVFP4: the FP8 op with no FP8
-    output): per example
-    under vmap, eager == jit, and the bias cotangent reaches every row through grad."""
+    """quantize_dbias of the block formats (MXFP8: from its own op; NVFP4: the FP8 op with no
+    FP8 output): per example under vmap, eager == jit, and the bias cotangent reaches every row
+    through grad."""
     xs = jnp.asarray(random_input((3, 64, 32), jnp.bfloat16, seed=9))
     q = QUANTIZERS[name]()
     f = jax.vmap(lambda x: eqq.quantize_dbias(x, q, impl=IMPL))
