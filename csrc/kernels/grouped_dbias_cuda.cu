@@ -73,7 +73,9 @@ constexpr int kBlocksPerSm = 4;
 // are resident without them). On the H200, mxfp8_dbias_row (b2b, 8192^2 /
 // 16384x4096): 67.5 / 65.7 us; with clusters as for the sums alone 67.4 /
 // 81.4; at 3 CTAs per SM (80 registers, 200 bytes spilled) 78.0 / 77.2; at
-// 4, 95.5 / 93.5.
+// 4, 95.5 / 93.5. Loading and adding the chunk's two halves one after the
+// other (half the vectors live): 71.4 / 67.2 at 2 CTAs, 65.0 / 66.7 at 3,
+// 67.6 / 67.7 at 4; not kept.
 constexpr int kMxBlocksPerSm = 2;
 
 constexpr int kMxBlock = static_cast<int>(kMxfp8BlockSize);  // 32
@@ -131,6 +133,22 @@ __device__ __forceinline__ void LoadLane(const typename In::Storage* p,
     } else {
       w[0] = __float_as_uint(__ldg(reinterpret_cast<const float*>(p)));
     }
+  }
+}
+
+// Loads slots [kLo, kLo + kN) of a chunk of `live` rows at `at` (advanced
+// past the rows loaded); an empty slot is -0.0.
+template <typename In, int kLaneCols, int kLo, int kN>
+__device__ __forceinline__ void LoadSlots(uint32_t (&w)[gdt::kChunkSlots][4],
+                                          const typename In::Storage*& at,
+                                          int live, int64_t cols) {
+#pragma unroll
+  for (int j = kLo; j < kLo + kN; ++j) {
+    const bool occupied = gdt::SlotKey(j) < live;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[j][k] = kNegZeroWord<In>;
+    LoadLane<In, kLaneCols>(at, occupied, w[j]);
+    at += occupied ? cols : 0;
   }
 }
 
@@ -284,16 +302,9 @@ __global__ void __launch_bounds__(kThreads, kMx == MxRow::kNone
         const int live = valid ? m : 0;
         uint32_t w[gdt::kChunkSlots][4];
         const Storage* at = base;
-#pragma unroll
-        for (int j = 0; j < gdt::kChunkSlots; ++j) {
-          const bool occupied = gdt::SlotKey(j) < live;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) w[j][k] = kNegZeroWord<In>;
-          LoadLane<In, kLaneCols>(at, occupied, w[j]);
-          at += occupied ? N : 0;
-        }
-        base += m * N;
         float v[kLaneCols];
+        LoadSlots<In, kLaneCols, 0, gdt::kChunkSlots>(w, at, live, N);
+        base += m * N;
         if constexpr (kMx != MxRow::kNone) {
           constexpr Fp8Format kFormat = kMx == MxRow::kE4M3 ? Fp8Format::kE4M3Fn
                                                              : Fp8Format::kE5M2;
