@@ -5,7 +5,7 @@ import functools
 import jax.numpy as jnp
 from jax import Array, lax
 
-from ._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
+from ._ops.fp8_quantize import dbias_only_params, fp8_quantize_op
 from ._ops.mxfp8_quantize import Mxfp8QuantizeParams, mxfp8_quantize_op
 from ._ops.nvfp4_quantize import (
     Nvfp4AmaxParams,
@@ -111,16 +111,6 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
 def dbias(dx, fa: int, impl: str):
     """The bias gradient of NVFP4's `quantize_dbias`: the FP8 op with no FP8 output, its
     canonical tree sum only (one more read of `dx`; MXFP8 takes it from its own op)."""
-    params = Fp8QuantizeParams(
-        q_dtype="float8_e4m3fn",
-        flatten_axis=fa,
-        rowwise=False,
-        colwise=False,
-        with_dbias=True,
-        impl=impl,
-    )
     one = jnp.ones((1,), jnp.float32)
-    *_, db = fp8_quantize_op.bind(dx, one, params=params)
+    *_, db = fp8_quantize_op.bind(dx, one, params=dbias_only_params(0, fa, impl))
     return db
-
-

@@ -19,6 +19,8 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `mxfp8_rowcol`: the same plus the colwise (32x1 blocks, not transposed) copy, in one op.
 - `mxfp8_dbias_row`: `mxfp8_row` plus dbias (sum over rows, cast to bf16): `quantize_dbias`
   with MXFP8 (one op: on the GPU the rowwise blocks are written in the dbias' one read of x);
+- `mxfp8_dbias_rowcol`: `mxfp8_rowcol` plus dbias (the MXFP8 kernel, then the dbias sums: two
+  reads of x);
 - `nvfp4_row`: NVFP4 1D rowwise (global amax pass + E4M3 block scales + E2M1 cast);
 - `nvfp4_rht_rowcol`: NVFP4 rowwise plus the RHT'd, transposed colwise copy (two amaxes);
 - `nvfp4_sr_row`: NVFP4 1D rowwise with stochastic rounding (counter-based Threefry bits);
@@ -97,6 +99,7 @@ OPS = (
     "mxfp8_row",
     "mxfp8_rowcol",
     "mxfp8_dbias_row",
+    "mxfp8_dbias_rowcol",
     "nvfp4_row",
     "nvfp4_rht_rowcol",
     "nvfp4_sr_row",

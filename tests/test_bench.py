@@ -8,7 +8,14 @@ from eqx_quant import bench
 
 def test_bench_runs_and_writes_json(tmp_path):
     out = tmp_path / "bench.json"
-    ops = ["current_row", "mxfp8_rowcol", "mxfp8_dbias_row", "grouped_mxfp8_rowcol", "grouped_dbias"]
+    ops = [
+        "current_row",
+        "mxfp8_rowcol",
+        "mxfp8_dbias_row",
+        "mxfp8_dbias_rowcol",
+        "grouped_mxfp8_rowcol",
+        "grouped_dbias",
+    ]
     assert bench.main(["--sizes", "128x64", "--reps", "1", "--ops", *ops, "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert [r["op"] for r in result["rows"]] == ops

@@ -13,7 +13,9 @@ and casts.
 
 import dataclasses
 
+import jax.numpy as jnp
 from jax import lax
+from jax.core import ShapedArray
 
 from .. import reference
 from . import _sharding
@@ -33,6 +35,23 @@ class DbiasPlan:
     keep: int
     split: int
     cast: bool
+
+
+def result_aval(params, x) -> ShapedArray:
+    """The op's dbias: `B + S[fa:]` in x's dtype, or (0,) without dbias (`params`: an op's
+    params with `n_batch`, `flatten_axis`, `with_dbias`)."""
+    nb, fa = params.n_batch, params.flatten_axis
+    return ShapedArray(x.shape[:nb] + x.shape[nb + fa :] if params.with_dbias else (0,), x.dtype)
+
+
+def kernel_avals(params, x) -> tuple[ShapedArray, ShapedArray]:
+    """The kernel's (node sums, cast node 0) for the inner primitive's params (also
+    `dbias_keep`, `dbias_split`, `dbias_cast`)."""
+    nb, fa, keep = params.n_batch, params.flatten_axis, params.dbias_keep
+    batch, s = x.shape[:nb], x.shape[nb:]
+    nodes = batch + s[:keep] + (params.dbias_split,) + s[fa:] if params.with_dbias else (0,)
+    cast = batch + s[:keep] + s[fa:] if params.dbias_cast else (0,)
+    return ShapedArray(nodes, jnp.float32), ShapedArray(cast, x.dtype)
 
 
 def plan(x_shape, n_batch: int, flatten_axis: int, example_spec) -> DbiasPlan:

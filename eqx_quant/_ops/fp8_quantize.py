@@ -78,21 +78,12 @@ def _avals(params, x):
 
 def _abstract_eval(params, x, scale):
     del scale
-    nb, fa = params.n_batch, params.flatten_axis
-    dbias = x.shape[:nb] + x.shape[nb + fa :] if params.with_dbias else (0,)
-    return _avals(params, x) + (ShapedArray(dbias, x.dtype),)
+    return _avals(params, x) + (_dbias.result_aval(params, x),)
 
 
 def _inner_abstract_eval(params, x, scale):
     del scale
-    nb, fa, keep = params.n_batch, params.flatten_axis, params.dbias_keep
-    batch, s = x.shape[:nb], x.shape[nb:]
-    nodes = batch + s[:keep] + (params.dbias_split,) + s[fa:] if params.with_dbias else (0,)
-    cast = batch + s[:keep] + s[fa:] if params.dbias_cast else (0,)
-    return _avals(params, x) + (
-        ShapedArray(nodes, jnp.float32),
-        ShapedArray(cast, x.dtype),
-    )
+    return _avals(params, x) + _dbias.kernel_avals(params, x)
 
 
 def _reference(params, x, scale):
@@ -241,11 +232,9 @@ fp8_quantize_op = Op(
 )
 
 
-def dbias_only_local(x, example_spec, n_batch: int, flatten_axis: int, impl: str):
-    """The dbias alone (this op's dbias-only form) of one device's `x`, complete across the
-    sharded reduced axes, in x's dtype: for an op whose own kernel takes only simple trees
-    (`mxfp8_quantize`), inside its partition."""
-    params = Fp8QuantizeParams(
+def dbias_only_params(n_batch: int, flatten_axis: int, impl: str, **inner) -> Fp8QuantizeParams:
+    """This op's dbias-only form (no FP8 output; `inner`: the inner primitive's dbias_*)."""
+    return Fp8QuantizeParams(
         q_dtype="float8_e4m3fn",
         flatten_axis=flatten_axis,
         rowwise=False,
@@ -253,6 +242,14 @@ def dbias_only_local(x, example_spec, n_batch: int, flatten_axis: int, impl: str
         with_dbias=True,
         impl=impl,
         n_batch=n_batch,
+        **inner,
     )
+
+
+def dbias_only_local(x, example_spec, n_batch: int, flatten_axis: int, impl: str):
+    """The dbias alone (this op's dbias-only form) of one device's `x`, complete across the
+    sharded reduced axes, in x's dtype: for an op whose own kernel takes only simple trees
+    (`mxfp8_quantize`), inside its partition."""
+    params = dbias_only_params(n_batch, flatten_axis, impl)
     scale = jnp.ones(x.shape[:n_batch] + (1,), jnp.float32)
     return _local(params, example_spec, fp8_quantize_op.bind_inner, x, scale)[4]

@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec
 
 from ..reference import _blocks, _mx
 from . import _dbias, _sharding
-from .fp8_quantize import Fp8QuantizeParams, dbias_only_local, fp8_quantize_op
+from .fp8_quantize import dbias_only_local, dbias_only_params, fp8_quantize_op
 from ._primitive import Op, OpSpec
 
 
@@ -89,20 +89,11 @@ def _quantized_avals(params, x):
 
 
 def _abstract_eval(params, x):
-    nb, fa = params.n_batch, params.flatten_axis
-    dbias = x.shape[:nb] + x.shape[nb + fa :] if params.with_dbias else (0,)
-    return _quantized_avals(params, x) + (ShapedArray(dbias, x.dtype),)
+    return _quantized_avals(params, x) + (_dbias.result_aval(params, x),)
 
 
 def _inner_abstract_eval(params, x):
-    nb, fa, keep = params.n_batch, params.flatten_axis, params.dbias_keep
-    batch, s = x.shape[:nb], x.shape[nb:]
-    nodes = batch + s[:keep] + (params.dbias_split,) + s[fa:] if params.with_dbias else (0,)
-    cast = batch + s[:keep] + s[fa:] if params.dbias_cast else (0,)
-    return _quantized_avals(params, x) + (
-        ShapedArray(nodes, jnp.float32),
-        ShapedArray(cast, x.dtype),
-    )
+    return _quantized_avals(params, x) + _dbias.kernel_avals(params, x)
 
 
 def _reference(params, x):
@@ -121,14 +112,10 @@ def _reference(params, x):
     if not params.with_dbias:
         return (*outs, jnp.zeros((0,), jnp.float32), jnp.zeros((0,), x.dtype))
     # The FP8 reference's dbias outputs (the same trees, bit for bit).
-    fp8 = Fp8QuantizeParams(
-        q_dtype="float8_e4m3fn",
-        flatten_axis=params.flatten_axis,
-        rowwise=False,
-        colwise=False,
-        with_dbias=True,
-        impl="reference",
-        n_batch=nb,
+    fp8 = dbias_only_params(
+        nb,
+        params.flatten_axis,
+        "reference",
         dbias_keep=params.dbias_keep,
         dbias_split=params.dbias_split,
         dbias_cast=params.dbias_cast,
