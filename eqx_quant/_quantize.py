@@ -15,7 +15,6 @@ from jaxtyping import Array, PRNGKeyArray, Shaped, jaxtyped
 from . import _quantize_blocks, reference
 from ._checks import validated_by
 from ._custom_types import HighPrecision
-from ._enums import QuantizeLayout
 from ._explicit import explicit_sharding
 from ._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
 from ._quantizer import (

@@ -274,6 +274,22 @@ def test_quantize_dbias(shape, flatten_axis, x_name, q_name, vmapped):
     x_np = np.array(spread_random(shape, X_DTYPES[x_name], seed=sum(shape)))
     if shape[-2] > 1:
         x_np[..., 1, :] = -x_np[..., 0, :]  # rows that cancel: zero and tiny partial sums
+    _check_dbias(x_np, q_name, flatten_axis, vmapped)
+
+
+@pytest.mark.parametrize("x_name", sorted(X_DTYPES))
+def test_quantize_dbias_special_values(x_name):
+    """NaN, infinities, subnormals, signed zeros and the largest values in the fused kernel's
+    blocks and sums (one row per dbias node: 64 rows, split 64)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = _special_values().astype(np.dtype(X_DTYPES[x_name]))
+    for q_name in Q_DTYPES:
+        _check_dbias(x, q_name, -1, False)
+
+
+def _check_dbias(x_np, q_name, flatten_axis, vmapped):
+    """GPU quantize_dbias(impl="ffi") == the expected bytes, for each layout."""
+    shape = x_np.shape
     device, impl = expected_device_and_impl(("mxfp8_quantize", "fp8_quantize"), CUDA)
     full = eqq.QuantizeLayout.ROWWISE_COLWISE
     with jax.default_device(device):
