@@ -243,11 +243,14 @@ def _jitted_dbias(q_name, layout, flatten_axis, impl, vmapped):
     return run
 
 
-# (shape, flatten_axis, x, q, vmapped): the column tree sums writing the rowwise blocks in
-# their read (one long reduced axis, L % 32 == 0: node sums of 64, 32, 4 and 1 rows, a batch,
-# a leading axis of 1, more columns than one slab, f32's 8 lanes per block, columns over two
-# axes), and the fallbacks: L % 32 != 0 (the MXFP8 kernel, then the sums), a nested tree (the
-# FP8 op's dbias-only form: its walk), no rows (zero sums).
+# (shape, flatten_axis, x, q, vmapped). Rowwise: the column tree sums writing the rowwise
+# blocks in their read (one long reduced axis, L % 32 == 0: node sums of 64, 32, 4 and 1 rows,
+# a batch, a leading axis of 1, more columns than one slab, f32's 8 lanes per block, columns
+# over two axes). Both layouts: the tile kernel writing the sums of its 32-row blocks when
+# K = 32 * 2^j (256, 128, 1024 and 1 nodes, strips of 1024 columns, a batch), else the tree
+# sums after the MXFP8 kernel. The fallbacks: L % 32 != 0 (the MXFP8 kernel, then the sums;
+# both layouts: 2 block nodes summed by the tree kernel), a nested tree (the FP8 op's
+# dbias-only form: its walk), no rows (zero sums).
 DBIAS_CASES = [
     ((8192, 256), -1, "bf16", "e4m3", False),
     ((4096, 1024), -1, "bf16", "e5m2", False),
@@ -260,6 +263,9 @@ DBIAS_CASES = [
     ((5, 7, 64), -1, "f32", "e4m3", False),
     ((6, 2, 64), 1, "bf16", "e4m3", False),
     ((0, 64), -1, "bf16", "e4m3", False),
+    ((32768, 64), -1, "f32", "e5m2", False),
+    ((32, 96), -1, "f16", "e4m3", False),
+    ((2048, 1024), -1, "bf16", "e4m3", False),
 ]
 
 

@@ -28,7 +28,8 @@ Q = {
 
 # (shape, flatten_axis): one tree over one axis (rows a power of two, odd, a multiple of 32),
 # columns that are not whole blocks, a leading axis of 1, a second long reduced axis (nested:
-# the FP8 op's form), columns over two axes, no rows.
+# the FP8 op's form), columns over two axes, no rows; with both layouts, rows 32 * 2^j: the
+# 32-row colwise blocks as the nodes (8, 2 and 1 of them).
 SHAPES = [
     ((96, 64), 1),
     ((100, 96), 1),
@@ -38,6 +39,8 @@ SHAPES = [
     ((5, 7, 64), 2),
     ((6, 2, 64), 1),
     ((0, 64), 1),
+    ((256, 64), 1),
+    ((32, 40), 1),
 ]
 
 
@@ -81,19 +84,23 @@ def test_dbias_special_values(impl):
 
 
 @pytest.mark.skipif("ffi" not in impls(), reason="needs the CPU kernel")
-@pytest.mark.parametrize("split", [1, 2, 8, 64])
+@pytest.mark.parametrize(
+    "rows,split,colwise",
+    [(256, 1, False), (256, 2, False), (256, 8, True), (256, 64, False), (32768, 1024, True)],
+)
 @pytest.mark.parametrize("x_name", ["f32", "bf16"])
-def test_kernel_node_sums_equal_the_reference(split, x_name):
+def test_kernel_node_sums_equal_the_reference(rows, split, colwise, x_name):
     """The inner primitive's float32 node sums (node 0: the whole tree) and its cast node 0,
-    kernel vs reference bit for bit; node 0 is the oracle's tree."""
-    x = jnp.asarray(random_input((256, 96), X_DTYPES[x_name], seed=split))
+    kernel vs reference bit for bit; node 0 is the oracle's tree (with both layouts up to
+    1024 nodes: the 32-row colwise blocks)."""
+    x = jnp.asarray(random_input((rows, 96), X_DTYPES[x_name], seed=split))
     outs = {}
     for impl in ("ffi", "reference"):
         params = Mxfp8QuantizeParams(
             q_dtype="float8_e4m3fn",
             flatten_axis=1,
             rowwise=True,
-            colwise=False,
+            colwise=colwise,
             impl=impl,
             with_dbias=True,
             dbias_split=split,

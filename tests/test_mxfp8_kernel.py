@@ -399,6 +399,12 @@ ERRORS = {
         dict(flatten_axis=1, with_dbias=True, dbias_cast=True),
         "dbias_cast has element type bf16 but expected f32",
     ),
+    "dbias_split_limit": (
+        ((4, 64), jnp.float32),
+        _outs(dbias=(2048, 64)),
+        dict(flatten_axis=1, dbias_split=2048, with_dbias=True),
+        r"dbias_split=2048 must be in \[1, 1024\]",
+    ),
     "dbias_flatten_axis": (
         _F32,
         _outs(),

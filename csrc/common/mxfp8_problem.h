@@ -28,6 +28,11 @@ inline constexpr int64_t Mxfp8Blocks(int64_t length) {
   return (length + kMxfp8BlockSize - 1) / kMxfp8BlockSize;
 }
 
+// The most dbias tree nodes the op's kernels return per tree (a power of two;
+// with both layouts the nodes are the 32-row colwise blocks: up to 32768
+// rows; eqx_quant/_ops/mxfp8_quantize.py's MAX_TILE_NODES).
+inline constexpr int64_t kMaxMxfp8DbiasSplit = 1024;
+
 struct Mxfp8QuantizeProblem {
   InputType input_type = InputType::kF32;
   Fp8Format format = Fp8Format::kE4M3Fn;

@@ -40,10 +40,10 @@ std::optional<ffi::Error> CheckDbiasOperands(const OperandErrors& errors,
                            " is out of range [0, flatten_axis=" +
                            std::to_string(attrs.flatten_axis) + "]");
   }
-  if (attrs.dbias_split < 1 || attrs.dbias_split > kMaxDbiasSplit ||
+  if (attrs.dbias_split < 1 || attrs.dbias_split > attrs.max_split ||
       (attrs.dbias_split > 1 && attrs.dbias_keep >= attrs.flatten_axis)) {
     return errors.Fail("dbias_split=" + std::to_string(attrs.dbias_split) +
-                        " must be in [1, " + std::to_string(kMaxDbiasSplit) +
+                        " must be in [1, " + std::to_string(attrs.max_split) +
                         "], and 1 when no axis is reduced");
   }
   // Shape pieces: B, S[:keep], S[keep:fa], S[fa:].

@@ -24,6 +24,8 @@ struct DbiasAttrs {
   int64_t dbias_split = 1;
   bool with_dbias = false;
   bool dbias_cast = false;
+  // The most nodes the op's kernels take (kMaxDbiasSplit for the FP8 op).
+  int64_t max_split = kMaxDbiasSplit;
 };
 
 // Checks n_batch and flatten_axis against x, the dbias attributes, and the

@@ -63,9 +63,12 @@ ffi::Error Mxfp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
     return status.ok ? ffi::Error::Success()
                      : Failure(status.what, status.cuda_error);
   }
-  // With dbias: the rowwise blocks in the dbias' one read of x when the
-  // column tree sums take them (blocks along the last dim only, so whole
-  // blocks of each row of cols), else the MXFP8 kernels, then the dbias.
+  // With dbias, one read of x where a kernel takes both: rowwise only, the
+  // column tree sums write the rowwise blocks (blocks along the last dim
+  // only, so whole blocks of each row of cols); with both layouts, when the
+  // nodes are the 32-row colwise blocks (one tree per example along K), the
+  // tile kernel writes the node sums, then they are finished. Otherwise the
+  // MXFP8 kernels, then the dbias.
   Fp8QuantizeBuffers sums;
   sums.x = buffers.x;
   sums.dbias = dbias_nodes->typed_data();
@@ -77,13 +80,21 @@ ffi::Error Mxfp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
   const bool fused = problem->rowwise && !problem->colwise &&
                      problem->last % kMxfp8BlockSize == 0 &&
                      cuda::Fp8DbiasOnlyTakesMxfp8(dbias, buffers.x);
+  bool summed = false;
   if (!fused) {
-    const cuda::Mxfp8LaunchStatus status =
-        cuda::Mxfp8Quantize(*problem, buffers, stream);
+    const bool block_nodes =
+        problem->colwise && problem->outer == dbias.batch &&
+        problem->blocked % kMxfp8BlockSize == 0 &&
+        dbias.dbias_split * kMxfp8BlockSize == problem->blocked &&
+        dbias.cols == problem->inner * problem->last;
+    const cuda::Mxfp8LaunchStatus status = cuda::Mxfp8Quantize(
+        *problem, buffers, stream, block_nodes ? sums.dbias : nullptr);
     if (!status.ok) return Failure(status.what, status.cuda_error);
+    summed = status.tile_sums_written;
   }
   const cuda::LaunchStatus status =
-      cuda::Fp8DbiasOnly(dbias, sums, fused ? &mx : nullptr, stream);
+      summed ? cuda::Fp8FinishDbias(dbias, sums, stream)
+             : cuda::Fp8DbiasOnly(dbias, sums, fused ? &mx : nullptr, stream);
   return status.ok ? ffi::Error::Success()
                    : Failure(status.what, status.cuda_error);
 }

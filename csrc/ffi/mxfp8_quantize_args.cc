@@ -145,7 +145,8 @@ ffi::ErrorOr<Mxfp8QuantizeProblem> CheckMxfp8QuantizeOperands(
   // at most one reduced axis longer than 1.
   const DbiasAttrs dbias_attrs{attrs.n_batch,    attrs.flatten_axis,
                                attrs.dbias_keep, attrs.dbias_split,
-                               attrs.with_dbias, attrs.dbias_cast};
+                               attrs.with_dbias, attrs.dbias_cast,
+                               kMaxMxfp8DbiasSplit};
   if (auto error = CheckDbiasOperands(kErrors, x, dbias_nodes, dbias_cast,
                                       dbias_attrs, dbias)) {
     return *error;

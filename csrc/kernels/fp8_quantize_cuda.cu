@@ -74,6 +74,7 @@
 #include "common/float_narrow.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
+#include "common/mxfp8_problem.h"  // kMaxMxfp8DbiasSplit
 #include "kernels/column_tree_sums_cuda.h"
 #include "kernels/fp8_quantize_cuda.h"
 #include "kernels/fp8_quantize_cuda_device.cuh"
@@ -276,14 +277,42 @@ LaunchStatus LaunchTreeSums(const Fp8QuantizeProblem& problem,
 
 // ---------------------------------------------------------------------------
 // 4. Node 0 of each dbias split := the tree over its `split` node sums (a
-// power of two <= kMaxDbiasSplit, so a perfect pairwise tree), which is the
+// power of two: <= kMaxDbiasSplit for the FP8 op, <= kMaxMxfp8DbiasSplit for
+// the MXFP8 op's 32-row nodes, so a perfect pairwise tree), which is the
 // split axis' whole tree; the other nodes are left as they are. With `cast`
-// (not null), node 0 also goes there in the input type. A block takes
-// 32 columns of one (example, kept row): warp w sums the kPer = split /
-// kSlices consecutive nodes of slice w (a perfect subtree, all its loads in
-// flight at once), and warp 0 sums the kSlices slice sums.
+// (not null), node 0 also goes there in the input type. A block takes 32
+// columns of one (example, kept row): warp w sums the kPer = split / kSlices
+// consecutive nodes of slice w (a perfect subtree: up to 8 loads in flight at
+// once, more in chunks of 8 whose sums merge by a binary counter), and warp 0
+// sums the kSlices slice sums.
 
 constexpr int kFinishMaxSlices = 8;
+
+// The perfect pairwise tree over nodes[0], nodes[cols], ... (kPer of them).
+template <int kPer>
+__device__ __forceinline__ float SliceTree(const float* nodes, int64_t cols) {
+  constexpr int kChunk = kPer < 8 ? kPer : 8;
+  constexpr int kChunks = kPer / kChunk;
+  constexpr int kDepth = kChunks == 1 ? 0 : kChunks == 2 ? 1 : kChunks == 4 ? 2
+                         : kChunks == 8 ? 3 : 4;
+  static_assert((1 << kDepth) == kChunks, "kPer / 8 is a power of two <= 16");
+  float stack[kDepth + 1];
+#pragma unroll
+  for (int q = 0; q < kChunks; ++q) {
+    float v[kChunk];
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) v[u] = nodes[(q * kChunk + u) * cols];
+    PairwiseTree<kChunk>(v);
+    float sum = v[0];
+    int level = 0;
+#pragma unroll
+    for (int t = q; (t & 1) != 0; t >>= 1, ++level) {
+      sum = __fadd_rn(stack[level], sum);
+    }
+    stack[level] = sum;
+  }
+  return stack[kDepth];
+}
 
 template <int kSlices, int kPer>
 __global__ void __launch_bounds__(32 * kSlices)
@@ -298,11 +327,7 @@ __global__ void __launch_bounds__(32 * kSlices)
     const int64_t col = (work % col_chunks) * 32 + lane;
     float* const nodes = dbias + (work / col_chunks) * kSplit * cols + col;
     if (col < cols) {
-      float v[kPer];
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) v[u] = nodes[(slice * kPer + u) * cols];
-      PairwiseTree<kPer>(v);
-      slice_sums[slice][lane] = v[0];
+      slice_sums[slice][lane] = SliceTree<kPer>(nodes + slice * kPer * cols, cols);
     }
     __syncthreads();
     if (slice == 0 && col < cols) {
@@ -344,11 +369,12 @@ LaunchStatus LaunchFinishSlices(const Fp8QuantizeProblem& problem,
   return LaunchStatus{};
 }
 
-// split is a power of two <= kMaxDbiasSplit (the FFI layer checks it).
+// split is a power of two <= kMaxMxfp8DbiasSplit (the FFI layer checks it).
 LaunchStatus LaunchFinishDbias(const Fp8QuantizeProblem& problem,
                                const Fp8QuantizeBuffers& buffers,
                                cudaStream_t stream, int sms) {
   static_assert(kMaxDbiasSplit == 8 * kFinishMaxSlices, "one case per split");
+  static_assert(kMaxMxfp8DbiasSplit == 128 * kFinishMaxSlices, "cases to 1024");
   switch (problem.dbias_split) {
     case 1:  // only the cast
       return LaunchFinishSlices<1, 1>(problem, buffers, stream, sms);
@@ -364,8 +390,16 @@ LaunchStatus LaunchFinishDbias(const Fp8QuantizeProblem& problem,
       return LaunchFinishSlices<8, 4>(problem, buffers, stream, sms);
     case 64:
       return LaunchFinishSlices<8, 8>(problem, buffers, stream, sms);
+    case 128:
+      return LaunchFinishSlices<8, 16>(problem, buffers, stream, sms);
+    case 256:
+      return LaunchFinishSlices<8, 32>(problem, buffers, stream, sms);
+    case 512:
+      return LaunchFinishSlices<8, 64>(problem, buffers, stream, sms);
+    case 1024:
+      return LaunchFinishSlices<8, 128>(problem, buffers, stream, sms);
   }
-  return Invalid("dbias_split must be a power of two <= 64");
+  return Invalid("dbias_split must be a power of two <= 1024");
 }
 
 // ---------------------------------------------------------------------------
@@ -452,6 +486,13 @@ bool Fp8DbiasOnlyTakesMxfp8(const Fp8QuantizeProblem& problem, const void* x) {
   buffers.x = x;
   return fp8::TreeSumsFit(problem) &&
          ColumnTreeSumsTakeMxfp8(fp8::TreeSumsOf(problem, buffers));
+}
+
+LaunchStatus Fp8FinishDbias(const Fp8QuantizeProblem& problem,
+                            const Fp8QuantizeBuffers& buffers,
+                            CUstream_st* stream) {
+  if (!fp8::FinishDbiasApplies(problem)) return LaunchStatus{};
+  return fp8::LaunchFinishDbias(problem, buffers, stream, SmCount());
 }
 
 LaunchStatus Fp8DbiasOnly(const Fp8QuantizeProblem& problem,

@@ -363,6 +363,14 @@ LaunchStatus Fp8DbiasOnly(const Fp8QuantizeProblem& problem,
                           const Fp8QuantizeBuffers& buffers,
                           const Mxfp8RowOutput* mx, CUstream_st* stream);
 
+// The finish of dbias node sums that another kernel wrote to buffers.dbias
+// (split a power of two <= kMaxMxfp8DbiasSplit): node 0 of each tree := the
+// tree over its nodes, and with dbias_cast node 0 in the input type. Nothing
+// runs when there is nothing to finish.
+LaunchStatus Fp8FinishDbias(const Fp8QuantizeProblem& problem,
+                            const Fp8QuantizeBuffers& buffers,
+                            CUstream_st* stream);
+
 }  // namespace cuda
 }  // namespace eqx_quant
 

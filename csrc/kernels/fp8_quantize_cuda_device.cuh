@@ -15,6 +15,7 @@
 #include "common/fp8_quantize_problem.h"
 #include "kernels/cp_async_cuda.cuh"
 #include "kernels/fp8_convert_cuda.cuh"
+#include "kernels/pairwise_tree_cuda.cuh"
 
 namespace eqx_quant::cuda::fp8 {
 
@@ -209,17 +210,7 @@ __device__ __forceinline__ void PublishAmax(float* amax, float value) {
   }
 }
 
-// v[0] + ... + v[kWidth - 1] as the perfect pairwise tree (kWidth a power of
-// two), level by level in place; the sum ends in v[0]. Recursion over the
-// levels keeps every index a constant, so v stays in registers.
-template <int kWidth, int kN>
-__device__ __forceinline__ void PairwiseTree(float (&v)[kN]) {
-  if constexpr (kWidth > 1) {
-#pragma unroll
-    for (int j = 0; j < kWidth / 2; ++j) v[j] = __fadd_rn(v[2 * j], v[2 * j + 1]);
-    PairwiseTree<kWidth / 2>(v);
-  }
-}
+using cuda::PairwiseTree;  // kernels/pairwise_tree_cuda.cuh
 
 __device__ __forceinline__ float CanonicalNan(float value) {
   return value != value ? __uint_as_float(0x7FC00000u) : value;

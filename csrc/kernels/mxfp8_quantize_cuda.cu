@@ -65,6 +65,7 @@
 #include "kernels/mxfp8_quantize_cuda.h"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"
 #include "kernels/mxfp8_row_stream_cuda.cuh"
+#include "kernels/pairwise_tree_cuda.cuh"
 
 namespace eqx_quant::cuda {
 namespace {
@@ -106,6 +107,7 @@ struct TileParams {
   int64_t tiles;       // A * k_tiles * w_tiles < 2^31
   bool wide;           // outputs 16-byte aligned and W % 16 == 0
   bool strips;         // W % 1024 == 0, 16-byte aligned scale buffers
+  float* sums;         // kSums: A * k_tiles x W column sums, one row per tile row
 };
 
 // Where tile t lies.
@@ -135,7 +137,22 @@ __device__ __forceinline__ Tile TileAt(const TileParams& p, int64_t t,
 template <bool kRow, bool kCol>
 constexpr int kTileMinBlocks = kRow ? 4 : 5;
 
-template <typename In, Fp8Format kFormat, bool kRow, bool kCol>
+// Element `sub` of a word of In's storage (kVec / 4 elements per word), as f32.
+template <typename In>
+__device__ __forceinline__ float ElementOfWord(uint32_t word, int sub) {
+  const uint32_t w[4] = {word, word, word, word};
+  return In::Element(w, sub);  // Element reads w[e / (kVec / 4)]: word
+}
+
+// kSums (the MXFP8 op's dbias with both layouts; every tile 32 rows): each
+// column's sum over the tile's 32 rows as the perfect pairwise tree (the
+// canonical tree's 32-row nodes), NaN canonical, to p.sums[tile row][col].
+// The rows of a tile are spread over the warps (row warp + 8u), so each
+// thread parks its 4 raw vectors in shared memory next to the column maxima;
+// after the barrier that publishes those, thread c adds column c: for each
+// u the tree over the 8 warps (rows 8u..8u+7), then the tree over the 4 u.
+template <typename In, Fp8Format kFormat, bool kRow, bool kCol,
+          bool kSums = false>
 __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     TileKernel(const __grid_constant__ TileParams p) {
   using Storage = typename In::Storage;
@@ -241,8 +258,36 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
       *reinterpret_cast<uint4*>(&part[warp][lane * 4]) =
           mxfp8::ColumnKeyWords<In, kRowsPerThread>(w);
     }
+    if constexpr (kSums) {
+      __syncthreads();  // every warp's part of the tile is in buf[cur]
+      const int column = threadIdx.x;  // of the tile
+      if (column < kTileCols && t.col0 + column < p.width) {
+        constexpr int kPerWord = kVec / 4;
+        const int slot = column / kVec;
+        const int word = (column % kVec) / kPerWord;
+        const int sub = column % kPerWord;
+        float rows[kRowsPerThread];
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u) {
+          float v[kWarps];
+#pragma unroll
+          for (int r = 0; r < kWarps; ++r) {
+            v[r] = ElementOfWord<In>(buf[cur][r][u][slot][word], sub);
+          }
+          PairwiseTree<kWarps>(v);
+          rows[u] = v[0];
+        }
+        PairwiseTree<kRowsPerThread>(rows);
+        const float sum = rows[0];
+        p.sums[t.scale_row * p.width + t.col0 + column] =
+            sum != sum ? __uint_as_float(0x7FC00000u) : sum;
+      }
+      // The rowwise bytes are staged over buf[cur] after the next barrier.
+    }
 
-    if constexpr (kRow) {
+    // The rowwise blocks (kSums: after the barrier below, when every thread
+    // has read the tile's columns from buf[cur]).
+    auto rowwise = [&] {
 #pragma unroll
       for (int u = 0; u < kRowsPerThread; ++u) {
         uint32_t key = VectorKey<In>(w[u]);
@@ -265,10 +310,12 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
         emit(u, q, p.row);
       }
       flush(p.row);
-    }
+    };
+    if constexpr (kRow && !kSums) rowwise();
 
     if constexpr (kCol) {
-      __syncthreads();  // the partials are in
+      __syncthreads();  // the partials are in (kSums: the columns are read)
+      if constexpr (kRow && kSums) rowwise();
       const int c = threadIdx.x;  // key word c: columns c * kKeysPerWord + h
       if (c < 32 * 4) {
         uint32_t m = part[0][c];
@@ -404,7 +451,8 @@ unsigned GridFor(int64_t work_items) {
       std::max<int64_t>(1, std::min(work_items, kMaxGrid)));
 }
 
-template <typename In, Fp8Format kFormat, bool kRow, bool kCol>
+template <typename In, Fp8Format kFormat, bool kRow, bool kCol,
+          bool kSums = false>
 Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
   if (p.tiles > int64_t{0x7FFFFFFF}) {
     return Mxfp8LaunchStatus{false, 0, "the tensor is too large (2^31 tiles)"};
@@ -414,7 +462,7 @@ Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
   // the other streaming kernels (.ci/probes/stream_cast.cu). The kernel
   // reads through shared memory only: prefer shared memory to L1.
   static const bool carveout_set = [] {
-    const bool ok = cudaFuncSetAttribute(TileKernel<In, kFormat, kRow, kCol>,
+    const bool ok = cudaFuncSetAttribute(TileKernel<In, kFormat, kRow, kCol, kSums>,
                                          cudaFuncAttributePreferredSharedMemoryCarveout,
                                          cudaSharedmemCarveoutMaxShared) == cudaSuccess;
     if (!ok) cudaGetLastError();  // a preference only
@@ -422,7 +470,7 @@ Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
   }();
   (void)carveout_set;
   const int64_t strip_tiles = kStripCols / (32 * In::kVec);
-  TileKernel<In, kFormat, kRow, kCol>
+  TileKernel<In, kFormat, kRow, kCol, kSums>
       <<<GridFor(p.strips ? p.tiles / strip_tiles : p.tiles), kThreads, 0,
          stream>>>(p);
   return Check("launching TileKernel");
@@ -484,7 +532,7 @@ Mxfp8LaunchStatus LaunchColScalar(const Mxfp8QuantizeProblem& problem,
 
 template <typename In, Fp8Format kFormat>
 Mxfp8LaunchStatus Run(const Mxfp8QuantizeProblem& problem,
-                      const Mxfp8QuantizeBuffers& buffers,
+                      const Mxfp8QuantizeBuffers& buffers, float* tile_sums,
                       cudaStream_t stream) {
   constexpr int kVec = In::kVec;
   constexpr int64_t kTileCols = 32 * kVec;
@@ -526,6 +574,12 @@ Mxfp8LaunchStatus Run(const Mxfp8QuantizeProblem& problem,
            (!row_in_tile || Aligned(buffers.row, 16));
   p.strips = width % kStripCols == 0 && Aligned(buffers.col_scale, 16) &&
              (!row_in_tile || Aligned(buffers.row_scale, 16));
+  if (row_in_tile && tile_sums != nullptr && problem.blocked % kBlock == 0) {
+    p.sums = tile_sums;
+    Mxfp8LaunchStatus status = LaunchTile<In, kFormat, true, true, true>(p, stream);
+    status.tile_sums_written = status.ok;
+    return status;
+  }
   if (row_in_tile) return LaunchTile<In, kFormat, true, true>(p, stream);
   Mxfp8LaunchStatus status = LaunchTile<In, kFormat, false, true>(p, stream);
   if (status.ok && problem.rowwise) {
@@ -537,28 +591,28 @@ Mxfp8LaunchStatus Run(const Mxfp8QuantizeProblem& problem,
 template <typename In>
 Mxfp8LaunchStatus DispatchFormat(const Mxfp8QuantizeProblem& problem,
                                  const Mxfp8QuantizeBuffers& buffers,
-                                 cudaStream_t stream) {
+                                 float* tile_sums, cudaStream_t stream) {
   if (problem.format == Fp8Format::kE4M3Fn) {
-    return Run<In, Fp8Format::kE4M3Fn>(problem, buffers, stream);
+    return Run<In, Fp8Format::kE4M3Fn>(problem, buffers, tile_sums, stream);
   }
-  return Run<In, Fp8Format::kE5M2>(problem, buffers, stream);
+  return Run<In, Fp8Format::kE5M2>(problem, buffers, tile_sums, stream);
 }
 
 }  // namespace
 
 Mxfp8LaunchStatus Mxfp8Quantize(const Mxfp8QuantizeProblem& problem,
                                 const Mxfp8QuantizeBuffers& buffers,
-                                CUstream_st* stream) {
+                                CUstream_st* stream, float* tile_sums) {
   const int64_t elements =
       problem.outer * problem.blocked * problem.inner * problem.last;
   if (elements == 0) return Mxfp8LaunchStatus{};  // every output is empty
   switch (problem.input_type) {
     case InputType::kF32:
-      return DispatchFormat<F32In>(problem, buffers, stream);
+      return DispatchFormat<F32In>(problem, buffers, tile_sums, stream);
     case InputType::kF16:
-      return DispatchFormat<F16In>(problem, buffers, stream);
+      return DispatchFormat<F16In>(problem, buffers, tile_sums, stream);
     case InputType::kBF16:
-      return DispatchFormat<Bf16In>(problem, buffers, stream);
+      return DispatchFormat<Bf16In>(problem, buffers, tile_sums, stream);
   }
   return Mxfp8LaunchStatus{false, 0, "unknown input type"};
 }

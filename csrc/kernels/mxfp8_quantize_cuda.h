@@ -20,15 +20,23 @@ struct Mxfp8LaunchStatus {
   bool ok = true;
   int cuda_error = 0;
   const char* what = "";
+  bool tile_sums_written = false;  // see Mxfp8Quantize's tile_sums
 };
 
 // Enqueues the whole op on `stream` (one or two kernels, depending on the
 // shape and the alignment of the buffers). Allocates nothing and never
 // synchronises, so it can be captured into a CUDA graph. Every launch is
 // checked.
+//
+// tile_sums (optional): with rowwise + colwise blocks run by the tile kernel
+// and K % 32 == 0, that kernel also writes each column's sum over each
+// 32-row colwise block (float32, the perfect pairwise tree, NaN canonical) to
+// tile_sums[(a * K / 32 + kb) * W + c] (W = C * L) and the status says
+// tile_sums_written; otherwise tile_sums is not touched.
 Mxfp8LaunchStatus Mxfp8Quantize(const Mxfp8QuantizeProblem& problem,
                                 const Mxfp8QuantizeBuffers& buffers,
-                                CUstream_st* stream);
+                                CUstream_st* stream,
+                                float* tile_sums = nullptr);
 
 }  // namespace eqx_quant::cuda
 

@@ -10,9 +10,11 @@ partition only keeps blocks whole on each device.
 
 The kernel (inner primitive) returns the dbias as the node sums and cast of `_dbias.py`. It
 takes one tree per example over at most one axis longer than 1 (a (tokens, hidden) gradient,
-or one whose other reduced axes are 1): on the GPU the rowwise blocks are then written in the
-dbias' one read of x. Other trees (a kept or a second long reduced axis on this device) take
-the FP8 op's dbias-only form next to this op's kernel.
+or one whose other reduced axes are 1), and x is read once on the GPU: rowwise only, the
+dbias kernel writes the rowwise blocks; with both layouts the nodes are the 32-row colwise
+blocks (when K = 32 * 2^j; up to MAX_TILE_NODES of them) and the MXFP8 tile kernel writes
+their sums. Other trees (a kept or a second long reduced axis on this device) take the FP8
+op's dbias-only form next to this op's kernel.
 """
 
 import dataclasses
@@ -193,6 +195,25 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, result_specs, (p,)
 
 
+# The most 32-row nodes the kernel returns per tree (kMaxMxfp8DbiasSplit in
+# csrc/common/mxfp8_problem.h): one tree of up to 32768 rows.
+MAX_TILE_NODES = 1024
+
+
+def _block_nodes(params, x_shape, keep: int) -> int | None:
+    """With both layouts, the number of 32-row colwise blocks along K = S[fa-1] when they are
+    the nodes of the tree (K = 32 * 2^j, the only reduced axis, split: on the GPU the MXFP8
+    tile kernel writes their sums); else None."""
+    nb, fa = params.n_batch, params.flatten_axis
+    s = x_shape[nb:]
+    if not (params.rowwise and params.colwise) or keep != fa - 1:
+        return None
+    if any(d != 1 for d in s[: fa - 1]) or s[fa - 1] % BLOCK:
+        return None
+    nodes = s[fa - 1] // BLOCK
+    return nodes if 0 < nodes <= MAX_TILE_NODES and nodes & (nodes - 1) == 0 else None
+
+
 def _one_tree(x_shape, n_batch: int, flatten_axis: int, keep: int) -> bool:
     """Whether the kernel takes the local dbias: one tree per example (the kept dims are 1)
     over at most one reduced axis longer than 1."""
@@ -210,10 +231,11 @@ def _local(params, example_spec, bind_inner, x):
     if not _one_tree(x.shape, nb, fa, dbias_plan.keep):
         quantized = bind_inner(x, params=dataclasses.replace(params, with_dbias=False))[:4]
         return (*quantized, dbias_only_local(x, example_spec, nb, fa, params.impl))
+    block_nodes = _block_nodes(params, x.shape, dbias_plan.keep)
     inner = dataclasses.replace(
         params,
         dbias_keep=dbias_plan.keep,
-        dbias_split=dbias_plan.split,
+        dbias_split=dbias_plan.split if block_nodes is None else block_nodes,
         dbias_cast=dbias_plan.cast,
     )
     *quantized, nodes, dbias = bind_inner(x, params=inner)
