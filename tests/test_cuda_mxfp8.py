@@ -248,7 +248,8 @@ def _jitted_dbias(q_name, layout, flatten_axis, impl, vmapped):
 # a batch, a leading axis of 1, more columns than one slab, f32's 8 lanes per block, columns
 # over two axes). Both layouts: the tile kernel writing the sums of its 32-row blocks when
 # K = 32 * 2^j (256, 128, 1024 and 1 nodes, strips of 1024 columns, a batch), else the tree
-# sums after the MXFP8 kernel. The fallbacks: L % 32 != 0 (the MXFP8 kernel, then the sums;
+# sums after the MXFP8 kernel. (batch, sequence, hidden) with a power-of-two batch: merged
+# into one axis of rows (8192: 256 nodes); with a batch of 3, not. The fallbacks: L % 32 != 0 (the MXFP8 kernel, then the sums;
 # both layouts: 2 block nodes summed by the tree kernel), a nested tree (the FP8 op's
 # dbias-only form: its walk), no rows (zero sums).
 DBIAS_CASES = [
@@ -266,6 +267,8 @@ DBIAS_CASES = [
     ((32768, 64), -1, "f32", "e5m2", False),
     ((32, 96), -1, "f16", "e4m3", False),
     ((2048, 1024), -1, "bf16", "e4m3", False),
+    ((4, 2048, 256), -1, "bf16", "e4m3", False),
+    ((3, 64, 128), -1, "f16", "e5m2", False),
 ]
 
 

@@ -29,7 +29,8 @@ Q = {
 # (shape, flatten_axis): one tree over one axis (rows a power of two, odd, a multiple of 32),
 # columns that are not whole blocks, a leading axis of 1, a second long reduced axis (nested:
 # the FP8 op's form), columns over two axes, no rows; with both layouts, rows 32 * 2^j: the
-# 32-row colwise blocks as the nodes (8, 2 and 1 of them).
+# 32-row colwise blocks as the nodes (8, 2 and 1 of them); reduced axes merged into one
+# (leading axes of 4, 2 x 4; with colwise blocks only when K % 32 == 0: 40 is not) or not (3).
 SHAPES = [
     ((96, 64), 1),
     ((100, 96), 1),
@@ -41,6 +42,10 @@ SHAPES = [
     ((0, 64), 1),
     ((256, 64), 1),
     ((32, 40), 1),
+    ((4, 64, 64), 2),
+    ((2, 40, 64), 2),
+    ((3, 32, 64), 2),
+    ((2, 4, 32, 64), 3),
 ]
 
 

@@ -13,8 +13,9 @@ takes one tree per example over at most one axis longer than 1 (a (tokens, hidde
 or one whose other reduced axes are 1), and x is read once on the GPU: rowwise only, the
 dbias kernel writes the rowwise blocks; with both layouts the nodes are the 32-row colwise
 blocks (when K = 32 * 2^j; up to MAX_TILE_NODES of them) and the MXFP8 tile kernel writes
-their sums. Other trees (a kept or a second long reduced axis on this device) take the FP8
-op's dbias-only form next to this op's kernel.
+their sums. Reduced axes that may run as one (`_mergeable`: e.g. (batch, sequence) with a
+power-of-two batch) are merged first. Other trees (a kept axis, or reduced axes that do not
+merge) take the FP8 op's dbias-only form next to this op's kernel.
 """
 
 import dataclasses
@@ -221,6 +222,22 @@ def _one_tree(x_shape, n_batch: int, flatten_axis: int, keep: int) -> bool:
     return all(d == 1 for d in s[:keep]) and sum(d > 1 for d in s[keep:flatten_axis]) <= 1
 
 
+def _mergeable(params, x_shape) -> bool:
+    """Whether the reduced axes S[:fa] (none sharded, two or more longer than 1) may run as
+    one axis of prod(S[:fa]) rows: the nested tree over them is then the flat one (every
+    axis but the last a power of two: each halving of the flat tree splits the leading axis),
+    rowwise blocks stay in the last axis (fa < rank) and colwise blocks start at each
+    K = S[fa-1] row (K % 32 == 0). A (batch, sequence, hidden) gradient with a power-of-two
+    batch is then read once on the GPU."""
+    nb, fa = params.n_batch, params.flatten_axis
+    s = x_shape[nb:]
+    if fa >= len(s) or sum(d > 1 for d in s[:fa]) < 2:
+        return False
+    if any(d & (d - 1) for d in s[: fa - 1]):
+        return False
+    return not params.colwise or s[fa - 1] % BLOCK == 0
+
+
 def _local(params, example_spec, bind_inner, x):
     """The op on one device's shards (`example_spec` = the mesh axes of each per-example dim,
     None if unsharded): the kernel, then for a sharded reduced axis the dbias' gather."""
@@ -228,6 +245,18 @@ def _local(params, example_spec, bind_inner, x):
     if not params.with_dbias:
         return (*bind_inner(x, params=params)[:4], jnp.zeros((0,), x.dtype))
     dbias_plan = _dbias.plan(x.shape, nb, fa, example_spec)
+    if dbias_plan.cast and _mergeable(params, x.shape):
+        # One axis of rows: the same bytes and the same tree.
+        s = x.shape[nb:]
+        merged = x.reshape(x.shape[:nb] + (int(np.prod(s[:fa])),) + s[fa:])
+        outs = _local(
+            dataclasses.replace(params, flatten_axis=1),
+            [None] * (len(s) - fa + 1),
+            bind_inner,
+            merged,
+        )
+        avals = _abstract_eval(params, x)
+        return tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
     if not _one_tree(x.shape, nb, fa, dbias_plan.keep):
         quantized = bind_inner(x, params=dataclasses.replace(params, with_dbias=False))[:4]
         return (*quantized, dbias_only_local(x, example_spec, nb, fa, params.impl))
