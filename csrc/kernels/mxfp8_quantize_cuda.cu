@@ -47,6 +47,10 @@
 //     strip's last tile as 16-byte streaming stores, i.e. whole 32-byte
 //     sectors (a tile alone owns 8 bytes of a row's sector). Otherwise each
 //     scale byte is stored as it is found.
+//     kSums (the op's dbias with both layouts, K % 32 == 0): each column's
+//     sum over the tile's 32 rows as the perfect pairwise tree, read from the
+//     shared-memory tile after one more barrier (the rowwise bytes are then
+//     staged after the next one), one float per column and block.
 //   * RowScalarKernel / ColScalarKernel: one thread per block, scalar loads,
 //     for every other shape or alignment (L % 32 != 0, rows not a multiple of
 //     16 input bytes, misaligned buffers). The column kernel is coalesced
