@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/grouped_problem.h"
+#include "ffi/cuda_launch_error.h"
 #include "ffi/grouped_calls.h"
 #include "ffi/grouped_binding.h"
 #include "kernels/grouped_quantize_cuda.h"
@@ -25,14 +26,8 @@ namespace ffi = xla::ffi;
 ffi::Error ToError(const char* target,
                    const cuda::GroupedLaunchStatus& status) {
   if (status.ok) return ffi::Error::Success();
-  const cudaError_t error = static_cast<cudaError_t>(status.cuda_error);
-  if (error == cudaSuccess) {  // the problem is outside what the kernels do
-    return ffi::Error::InvalidArgument(std::string(target) + ": " +
-                                       status.what);
-  }
-  return ffi::Error::Internal(std::string(target) + ": " + status.what +
-                              " failed: " + cudaGetErrorName(error) + ": " +
-                              cudaGetErrorString(error));
+  return CudaLaunchError(target, status.what, status.cuda_error,
+                         ffi::ErrorCode::kInvalidArgument);
 }
 
 // Validate, then enqueue the kernel; `target` names the op in messages.

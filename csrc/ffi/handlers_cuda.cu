@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/fp8_quantize_problem.h"
+#include "ffi/cuda_launch_error.h"
 #include "ffi/fp8_quantize_args.h"
 #include "ffi/fp8_quantize_binding.h"
 #include "kernels/fp8_quantize_cuda.h"
@@ -47,13 +48,11 @@ ffi::Error Fp8QuantizeCudaImpl(
   const cuda::LaunchStatus status = cuda::Fp8Quantize(*problem, buffers, stream);
   if (status.ok) return ffi::Error::Success();
   if (status.invalid_argument) {
-    return ffi::Error::InvalidArgument(std::string(kTarget) + ": " +
-                                       status.what);
+    return CudaLaunchError(kTarget, status.what, 0,
+                           ffi::ErrorCode::kInvalidArgument);
   }
-  const cudaError_t error = static_cast<cudaError_t>(status.cuda_error);
-  return ffi::Error::Internal(std::string(kTarget) + ": " + status.what +
-                              " failed: " + cudaGetErrorName(error) + ": " +
-                              cudaGetErrorString(error));
+  return CudaLaunchError(kTarget, status.what, status.cuda_error,
+                         ffi::ErrorCode::kInternal);
 }
 
 }  // namespace

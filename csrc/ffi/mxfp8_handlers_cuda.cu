@@ -11,6 +11,7 @@
 
 #include "common/fp8_quantize_problem.h"
 #include "common/mxfp8_problem.h"
+#include "ffi/cuda_launch_error.h"
 #include "ffi/mxfp8_quantize_args.h"
 #include "ffi/mxfp8_quantize_binding.h"
 #include "kernels/fp8_quantize_cuda.h"
@@ -25,13 +26,7 @@ namespace ffi = xla::ffi;
 constexpr char kTarget[] = "eqx_quant_mxfp8_quantize_cuda";
 
 ffi::Error Failure(const char* what, int cuda_error) {
-  const cudaError_t error = static_cast<cudaError_t>(cuda_error);
-  if (error == cudaSuccess) {
-    return ffi::Error::Internal(std::string(kTarget) + ": " + what);
-  }
-  return ffi::Error::Internal(std::string(kTarget) + ": " + what +
-                              " failed: " + cudaGetErrorName(error) + ": " +
-                              cudaGetErrorString(error));
+  return CudaLaunchError(kTarget, what, cuda_error, ffi::ErrorCode::kInternal);
 }
 
 ffi::Error Mxfp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/nvfp4_problem.h"
+#include "ffi/cuda_launch_error.h"
 #include "ffi/nvfp4_binding.h"
 #include "ffi/nvfp4_quantize_args.h"
 #include "kernels/nvfp4_quantize_cuda.h"
@@ -22,14 +23,8 @@ namespace ffi = xla::ffi;
 
 ffi::Error ToError(const char* target, const cuda::Nvfp4LaunchStatus& status) {
   if (status.ok) return ffi::Error::Success();
-  const cudaError_t error = static_cast<cudaError_t>(status.cuda_error);
-  if (error == cudaSuccess) {  // the problem is outside what the kernels do
-    return ffi::Error::InvalidArgument(std::string(target) + ": " +
-                                       status.what);
-  }
-  return ffi::Error::Internal(std::string(target) + ": " + status.what +
-                              " failed: " + cudaGetErrorName(error) + ": " +
-                              cudaGetErrorString(error));
+  return CudaLaunchError(target, status.what, status.cuda_error,
+                         ffi::ErrorCode::kInvalidArgument);
 }
 
 ffi::Error Nvfp4AmaxCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
