@@ -51,10 +51,10 @@
 //     sum over the tile's 32 rows as the perfect pairwise tree, read from the
 //     shared-memory tile after one more barrier (the rowwise bytes are then
 //     staged after the next one), one float per column and block.
-//   * RowScalarKernel / ColScalarKernel: one thread per block, scalar loads,
-//     for every other shape or alignment (L % 32 != 0, rows not a multiple of
-//     16 input bytes, misaligned buffers). The column kernel is coalesced
-//     (consecutive threads, consecutive columns).
+//   * RowScalarKernel / ColScalarKernel (mxfp8_scalar_cuda.cuh): one thread
+//     per block, scalar loads, for every other shape or alignment (L % 32 !=
+//     0, rows not a multiple of 16 input bytes, misaligned buffers). The
+//     column kernel is coalesced (consecutive threads, consecutive columns).
 // No kernel spills (ptxas -warn-spills is on in CMake).
 
 #include <cuda_runtime.h>
@@ -69,6 +69,7 @@
 #include "kernels/mxfp8_quantize_cuda.h"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"
 #include "kernels/mxfp8_row_stream_cuda.cuh"
+#include "kernels/mxfp8_scalar_cuda.cuh"
 #include "kernels/pairwise_tree_cuda.cuh"
 
 namespace eqx_quant::cuda {
@@ -80,13 +81,16 @@ using mxfp8::F16In;
 using mxfp8::F32In;
 using mxfp8::KeyMax;
 using mxfp8::KeyWordMax;
-using mxfp8::QuantizeBlockScalar;
 using mxfp8::QuantizeVector;
 using mxfp8::VectorKey;
 using mxfp8_row::kRowStreamThreads;
 using mxfp8_row::kRowStreamUnroll;
 using mxfp8_row::RowStreamKernel;
 using mxfp8_row::RowStreamParams;
+using mxfp8_scalar::ColScalarKernel;
+using mxfp8_scalar::kScalarThreads;
+using mxfp8_scalar::RowScalarKernel;
+using mxfp8_scalar::ScalarParams;
 
 constexpr int kBlock = static_cast<int>(kMxfp8BlockSize);  // 32
 constexpr int kThreads = 256;
@@ -381,56 +385,6 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
 }
 
 // ---------------------------------------------------------------------------
-// Scalar kernels: one thread per block (QuantizeBlockScalar).
-
-struct ScalarParams {
-  const void* x;
-  uint8_t* out;
-  uint8_t* scale;
-  int64_t length;  // row: L; col: K
-  int64_t width;   // row: unused; col: W = C * L
-  int64_t blocks;  // row: ceil(L/32); col: ceil(K/32)
-  int64_t total;   // threads of work: row: lines * blocks; col: A * blocks * W
-};
-
-// Thread b: block b % blocks of line b / blocks (x row-major lines of L).
-template <typename In, Fp8Format kFormat>
-__global__ void __launch_bounds__(kThreads)
-    RowScalarKernel(const __grid_constant__ ScalarParams p) {
-  const auto* x = static_cast<const typename In::Storage*>(p.x);
-  for (int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-       b < p.total; b += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t line = b / p.blocks;
-    const int64_t first = (b - line * p.blocks) * kBlock;
-    const int count =
-        static_cast<int>(min(int64_t{kBlock}, p.length - first));
-    const int64_t offset = line * p.length + first;
-    p.scale[b] =
-        QuantizeBlockScalar<In, kFormat>(x + offset, p.out + offset, 1, count);
-  }
-}
-
-// Thread i = (a * blocks + kb) * W + col: column col of K-block kb of slice a
-// (which is also its col_scale index).
-template <typename In, Fp8Format kFormat>
-__global__ void __launch_bounds__(kThreads)
-    ColScalarKernel(const __grid_constant__ ScalarParams p) {
-  const auto* x = static_cast<const typename In::Storage*>(p.x);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-       i < p.total; i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t col = i % p.width;
-    const int64_t slab = i / p.width;  // a * blocks + kb
-    const int64_t a = slab / p.blocks;
-    const int64_t k0 = (slab - a * p.blocks) * kBlock;
-    const int count =
-        static_cast<int>(min(int64_t{kBlock}, p.length - k0));
-    const int64_t offset = (a * p.length + k0) * p.width + col;
-    p.scale[i] = QuantizeBlockScalar<In, kFormat>(x + offset, p.out + offset,
-                                                  p.width, count);
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Host side.
 
 bool Aligned(const void* p, uintptr_t bytes) {
@@ -511,8 +465,8 @@ Mxfp8LaunchStatus LaunchRowScalar(const Mxfp8QuantizeProblem& problem,
   p.blocks = Mxfp8Blocks(problem.last);
   p.total = problem.outer * problem.blocked * problem.inner * p.blocks;
   RowScalarKernel<In, kFormat>
-      <<<GridFor((p.total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-          p);
+      <<<GridFor((p.total + kScalarThreads - 1) / kScalarThreads),
+         kScalarThreads, 0, stream>>>(p);
   return Check("launching RowScalarKernel");
 }
 
@@ -529,8 +483,8 @@ Mxfp8LaunchStatus LaunchColScalar(const Mxfp8QuantizeProblem& problem,
   p.blocks = Mxfp8Blocks(problem.blocked);
   p.total = problem.outer * p.blocks * p.width;
   ColScalarKernel<In, kFormat>
-      <<<GridFor((p.total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-          p);
+      <<<GridFor((p.total + kScalarThreads - 1) / kScalarThreads),
+         kScalarThreads, 0, stream>>>(p);
   return Check("launching ColScalarKernel");
 }
 
