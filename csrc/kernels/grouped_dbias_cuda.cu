@@ -82,6 +82,28 @@ constexpr int kMxBlock = static_cast<int>(kMxfp8BlockSize);  // 32
 
 // The MXFP8 rowwise output written in the same read (kernels/column_tree_sums_cuda.h).
 enum class MxRow { kNone, kE4M3, kE5M2 };
+
+// Where that output goes (format kNone: no output).
+struct MxRowOut {
+  MxRow format = MxRow::kNone;
+  uint8_t* row = nullptr;
+  uint8_t* row_scale = nullptr;
+};
+
+// fn(In{}) for the input type's mxfp8 input struct; `otherwise` for an
+// unknown type.
+template <typename Fn, typename R>
+R WithInputType(InputType type, Fn&& fn, R otherwise) {
+  switch (type) {
+    case InputType::kF32:
+      return fn(F32In{});
+    case InputType::kF16:
+      return fn(F16In{});
+    case InputType::kBF16:
+      return fn(Bf16In{});
+  }
+  return otherwise;
+}
 // ClusterLevels' wave target: CTAs per SM per wave (tuned at 2 CTAs per SM).
 constexpr int kWaveCtasPerSm = 2;
 // Dynamic shared memory for the warps' binary counters (levels x lane
@@ -466,13 +488,13 @@ bool SixteenByteLanes(const GroupedView& v, const void* x, int64_t longest,
          int64_t{*levels} * kVec * kThreads * 4 <= kMaxStackBytes;
 }
 
-// mx: the MXFP8 rowwise output (MxRow::kNone, or its format: then
-// mx_row / mx_row_scale are set, amax is null and SixteenByteLanes holds).
+// mx: the MXFP8 rowwise output (format kNone, or with it amax is null and
+// SixteenByteLanes holds).
 template <typename In>
 GroupedLaunchStatus LaunchForType(const GroupedView& v,
                                   const GroupedDbiasBuffers& buffers,
-                                  float* amax, MxRow mx, uint8_t* mx_row,
-                                  uint8_t* mx_row_scale, cudaStream_t stream) {
+                                  float* amax, const MxRowOut& mx,
+                                  cudaStream_t stream) {
   constexpr int kVec = In::kVec;  // elements per 16 bytes
   TreeParams p{};
   p.x = buffers.x;
@@ -485,18 +507,18 @@ GroupedLaunchStatus LaunchForType(const GroupedView& v,
   p.cols = v.cols;
   p.groups = v.groups;
   p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
-  p.mx_row = mx_row;
-  p.mx_row_scale = mx_row_scale;
+  p.mx_row = mx.row;
+  p.mx_row_scale = mx.row_scale;
   // The largest group: any up to R rows, or the equal chunks.
   const int64_t longest =
       buffers.group_sizes != nullptr ? v.rows : v.rows / v.groups;
   int levels = 0;
-  if (SixteenByteLanes<In>(v, buffers.x, longest, mx == MxRow::kNone,
+  if (SixteenByteLanes<In>(v, buffers.x, longest, mx.format == MxRow::kNone,
                            &p.cluster_levels, &levels)) {
     p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32 * kVec});
-    return LaunchTree<In, kVec>(p, mx, levels, stream);
+    return LaunchTree<In, kVec>(p, mx.format, levels, stream);
   }
-  if (mx != MxRow::kNone) {
+  if (mx.format != MxRow::kNone) {
     return Unsupported("the MXFP8 output needs rows of aligned 16-byte vectors");
   }
   p.col_tiles = grouped::CeilDiv(v.cols, int64_t{32});
@@ -509,23 +531,20 @@ GroupedLaunchStatus LaunchForType(const GroupedView& v,
 
 GroupedLaunchStatus LaunchTreeSums(const GroupedView& v,
                                    const GroupedDbiasBuffers& buffers,
-                                   float* amax, MxRow mx, uint8_t* mx_row,
-                                   uint8_t* mx_row_scale, cudaStream_t stream) {
+                                   float* amax, const MxRowOut& mx,
+                                   cudaStream_t stream) {
   if (v.batch == 0 || v.cols == 0 || v.groups == 0) {
     return GroupedLaunchStatus{};
   }
   if ((v.groups << kMaxClusterLevels) > int64_t{0x7FFFFFFF}) {
     return Unsupported("too many groups (2^28 or more)");
   }
-  switch (v.input_type) {
-    case InputType::kF32:
-      return LaunchForType<F32In>(v, buffers, amax, mx, mx_row, mx_row_scale, stream);
-    case InputType::kF16:
-      return LaunchForType<F16In>(v, buffers, amax, mx, mx_row, mx_row_scale, stream);
-    case InputType::kBF16:
-      return LaunchForType<Bf16In>(v, buffers, amax, mx, mx_row, mx_row_scale, stream);
-  }
-  return Unsupported("unknown input type");
+  return WithInputType(
+      v.input_type,
+      [&](auto input) {
+        return LaunchForType<decltype(input)>(v, buffers, amax, mx, stream);
+      },
+      Unsupported("unknown input type"));
 }
 
 GroupedView ColumnTreeView(const ColumnTreeSums& problem) {
@@ -543,8 +562,7 @@ GroupedView ColumnTreeView(const ColumnTreeSums& problem) {
 GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
                                  const GroupedDbiasBuffers& buffers,
                                  CUstream_st* stream) {
-  return LaunchTreeSums(problem.view, buffers, nullptr, MxRow::kNone, nullptr,
-                        nullptr, stream);
+  return LaunchTreeSums(problem.view, buffers, nullptr, MxRowOut{}, stream);
 }
 
 bool ColumnTreeSumsTakeMxfp8(const ColumnTreeSums& problem) {
@@ -556,18 +574,13 @@ bool ColumnTreeSumsTakeMxfp8(const ColumnTreeSums& problem) {
   const int64_t longest = problem.rows / problem.nodes;
   int cluster_levels = 0;
   int levels = 0;
-  switch (problem.input_type) {
-    case InputType::kF32:
-      return SixteenByteLanes<F32In>(v, problem.x, longest, false,
-                                    &cluster_levels, &levels);
-    case InputType::kF16:
-      return SixteenByteLanes<F16In>(v, problem.x, longest, false,
-                                    &cluster_levels, &levels);
-    case InputType::kBF16:
-      return SixteenByteLanes<Bf16In>(v, problem.x, longest, false,
-                                    &cluster_levels, &levels);
-  }
-  return false;
+  return WithInputType(
+      problem.input_type,
+      [&](auto input) {
+        return SixteenByteLanes<decltype(input)>(v, problem.x, longest, false,
+                                                 &cluster_levels, &levels);
+      },
+      false);
 }
 
 GroupedLaunchStatus LaunchColumnTreeSums(const ColumnTreeSums& problem,
@@ -575,18 +588,21 @@ GroupedLaunchStatus LaunchColumnTreeSums(const ColumnTreeSums& problem,
   if (problem.nodes <= 0 || problem.rows % problem.nodes != 0) {
     return Unsupported("column tree sums need rows divisible by nodes");
   }
-  MxRow mx = MxRow::kNone;
+  MxRowOut mx;
   if (problem.mx_row != nullptr) {
     if (!ColumnTreeSumsTakeMxfp8(problem)) {
       return Unsupported("the MXFP8 output does not fit the column tree sums");
     }
-    mx = problem.mx_format == Fp8Format::kE4M3Fn ? MxRow::kE4M3 : MxRow::kE5M2;
+    mx.format =
+        problem.mx_format == Fp8Format::kE4M3Fn ? MxRow::kE4M3 : MxRow::kE5M2;
+    mx.row = problem.mx_row;
+    mx.row_scale = problem.mx_row_scale;
   }
   GroupedDbiasBuffers buffers;
   buffers.x = problem.x;
   buffers.dbias = problem.sums;  // f32 (dbias_type's default)
   return LaunchTreeSums(ColumnTreeView(problem), buffers, problem.amax, mx,
-                        problem.mx_row, problem.mx_row_scale, stream);
+                        stream);
 }
 
 }  // namespace eqx_quant::cuda
