@@ -19,7 +19,8 @@ stochastic rounding: several steps per CTA, a partial last step, NaN steps, the 
 unpaired encoder: a finite bf16 global amax above 6 x 2^123 takes the latter), RowFastKernel (the
 same for f32 and with stochastic rounding), RowScalarKernel (L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
 a 16-byte vector), partial K and L blocks and tiles, C > 1, A > 1, several tiles per CTA, empty
-tensors; AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
+tensors; PanelKernel (1D colwise without stochastic rounding, K % 16 == 0, L % 16 == 0, with and
+without the RHT, rowwise optional; partial panel and vector groups); AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
 stochastic rounding, alone and combined; vmapped batches (per-example amax, key). The raw op
 (`jax.ffi.ffi_call`, GPU target vs CPU target) covers what the public API does not reach
 unsharded: stochastic-rounding indices of a shard (offset, global shape), indices >= 2^32 and
@@ -165,6 +166,10 @@ SHAPES = [
     ((0, 16), -1, "bf16", ("1d", "2d")),
     ((16, 0), -1, "f32", ("1d",)),
     ((2, 0, 64), -2, "f16", ("1d",)),
+    # PanelKernel grids with a partial last panel group (K = 208: 13 panels) and vector group
+    # (W = 560: 70 bf16 / 140 f32 vectors), C = 5.
+    ((208, 5, 112), -2, "bf16", ("1d", "rht")),
+    ((208, 5, 112), -2, "f32", ("rht",)),
     ((8192, 1024), -1, "bf16", ("1d", "rht")),
     ((4096, 4096), -1, "bf16", ("1d", "2d", "sr")),
 ]

@@ -446,6 +446,9 @@ Nvfp4LaunchStatus Nvfp4Quantize(const Nvfp4QuantizeProblem& problem,
   } else {
     sr.n = static_cast<int>(v.shape.size());
   }
+  if (PanelsApply(problem, buffers)) {
+    return LaunchPanels(problem, buffers, stream);
+  }
   if (problem.colwise || problem.use_2d) {
     return LaunchTiles(problem, buffers, sr, stream);
   }

@@ -454,6 +454,15 @@ Nvfp4LaunchStatus LaunchTiles(const Nvfp4QuantizeProblem& problem,
                               const Nvfp4QuantizeBuffers& buffers,
                               const SrLayout& sr, cudaStream_t stream);
 
+// The PanelKernel launcher (kernels/nvfp4_panel_cuda.cu): 1D colwise without
+// stochastic rounding when K % 16 == 0, L % 16 == 0 and the buffers are
+// aligned (PanelsApply); faster than the tile kernel there.
+bool PanelsApply(const Nvfp4QuantizeProblem& problem,
+                 const Nvfp4QuantizeBuffers& buffers);
+Nvfp4LaunchStatus LaunchPanels(const Nvfp4QuantizeProblem& problem,
+                               const Nvfp4QuantizeBuffers& buffers,
+                               cudaStream_t stream);
+
 }  // namespace eqx_quant::cuda::nvfp4
 
 #endif  // EQX_QUANT_CSRC_KERNELS_NVFP4_QUANTIZE_CUDA_DEVICE_CUH_

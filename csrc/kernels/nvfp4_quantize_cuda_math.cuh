@@ -472,11 +472,27 @@ EQXQ_NVFP4_UNROLL
     return;
   }
   Butterfly16(out);
+  // A zero output is +0 here; fl(z + 0) turns -0 into +0 and keeps the rest.
+#if defined(__CUDA_ARCH__)
+  // The hardware convert rounds two outputs to bf16 at once, to nearest
+  // even with subnormals kept (as RoundToBf16); a NaN becomes 0x7FFF, not
+  // 0x7FC0, which no caller tells apart (every NaN is dropped from the amax
+  // and encodes as code 7 whatever its bits).
+EQXQ_NVFP4_UNROLL
+  for (int j = 0; j < kRhtSize; j += 2) {
+    uint32_t packed;  // out[j] in the low half, out[j + 1] in the high half
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
+        : "=r"(packed)
+        : "f"(AddRn(out[j + 1], 0.0f)), "f"(AddRn(out[j], 0.0f)));
+    out[j] = __uint_as_float(packed << 16);
+    out[j + 1] = __uint_as_float(packed & 0xFFFF0000u);
+  }
+#else
 EQXQ_NVFP4_UNROLL
   for (int j = 0; j < kRhtSize; ++j) {
-    // A zero output is +0 here; fl(z + 0) turns -0 into +0 and keeps the rest.
     out[j] = RoundToBf16(AddRn(out[j], 0.0f));
   }
+#endif
 }
 
 // max |RHT(v)| over the 16 outputs before their bf16 rounding, NaN ignored.

@@ -1,0 +1,315 @@
+// CUDA kernel of eqx_quant_nvfp4_quantize for sm_90a: 1D colwise NVFP4 (with
+// or without the RHT, rowwise optional) without stochastic rounding, when
+// every colwise block is whole and every row is whole 16-byte vectors
+// (PanelsApply). Bit-exact with the CPU kernel; kernels/nvfp4_tile_cuda.cu
+// serves the other colwise and 2D problems.
+//
+// PanelKernel (256 threads, one CTA per 128 rows x 32 vectors, nothing
+// allocated, no shared memory but the encode tables): a thread owns a panel,
+// the 16 rows of one colwise block (16 consecutive k of one a, i.e. 16
+// consecutive rows of the (A * K) x W matrix, W = C * L) times one 16-byte
+// column vector (kVec = 8 bf16 / f16 or 4 f32 columns). It loads its 16
+// vectors at once (a warp's load is 512 contiguous bytes of one row; warp w
+// holds the CTA's panel w, lane v its vector v) and keeps them in registers:
+//   * colwise, per column: the 16 values (RHT'd with Rht16Exact when kRht),
+//     their block amax, scale byte and 16 codes, stored as one 8-byte
+//     streaming store of the T layout (c, l, a, k) and one scale byte; the 8
+//     warps of a CTA write 64 contiguous bytes of each column's output row.
+//   * rowwise, per row: a 16-element block is 16 / kVec consecutive lanes;
+//     the block amax is a shuffle over them (and the NaN-free one, only in
+//     a block that holds a NaN, over the same lanes); each lane encodes its
+//     kVec elements (a warp's store is 128 contiguous bytes of codes) and
+//     the block's first lane stores the scale byte.
+// The loads are issued before the wait for the amax kernel (programmatic
+// dependent launch); the CTA then builds the encode multipliers of the 128
+// possible scale bytes of each part (an IEEE division each).
+// Why: the tile kernel's colwise phase reads its columns from shared memory
+// with 2-byte loads and 16 elements per thread; this one has no staging and
+// 16 loads of 16 bytes in flight per thread (the RHT amax kernel's pattern).
+// No kernel spills (ptxas -warn-spills is on in CMake).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/nvfp4_format.h"
+#include "common/nvfp4_problem.h"
+#include "common/rht.h"
+#include "kernels/nvfp4_quantize_cuda.h"
+#include "kernels/nvfp4_quantize_cuda_device.cuh"
+
+namespace eqx_quant::cuda::nvfp4 {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;  // panels per CTA
+constexpr int kMinBlocks = 3;          // 64 KiB of shared memory each
+
+struct PanelParams {
+  const void* x;
+  const float* amax;
+  const float* col_amax;
+  uint8_t* row;  // null: no rowwise part
+  uint8_t* row_scale;
+  uint8_t* col;
+  uint8_t* col_scale;
+  int64_t batch;
+  int64_t width;     // W = C * L
+  int64_t vectors;   // W / kVec
+  int64_t panels;    // A * K / 16 per example
+  int64_t ak;        // A * K: col elements between consecutive columns
+  uint32_t vector_groups;  // ceil(vectors / 32)
+  float rht_factor[kRhtSize];  // R[i][0]
+};
+
+// The codes of one lane's kVec elements of a row, packed (element 0 in the
+// low nibble), to row[index / 2] (index % kVec == 0).
+template <int kVec>
+__device__ __forceinline__ void StoreRowCodes(uint8_t* row, int64_t index,
+                                              const uint32_t (&q)[kVec / 4]) {
+  if constexpr (kVec == 8) {
+    __stcs(reinterpret_cast<unsigned int*>(row + index / 2),
+           PackNibbles8(q[0], q[1]));
+  } else {
+    __stcs(reinterpret_cast<unsigned short*>(row + index / 2),
+           static_cast<unsigned short>(PackNibbles4(q[0])));
+  }
+}
+
+// A panel in shared memory: [warp][row i][lane][16 bytes] (a warp's copies of
+// one row are 512 contiguous bytes); each thread reads back only its own.
+constexpr int kPanelBytes = kWarps * kB * 32 * 16;  // 64 KiB per CTA
+
+// Element `sub` of a word of In's storage (kVec / 4 elements per word).
+template <typename In>
+__device__ __forceinline__ float ElementOfWord(uint32_t word, int sub) {
+  const uint32_t w[4] = {word, word, word, word};
+  return In::Element(w, sub);  // reads w[sub / (kVec / 4)] = word
+}
+
+template <typename In, bool kRht>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    PanelKernel(const __grid_constant__ PanelParams p) {
+  using Storage = typename In::Storage;
+  constexpr int kVec = In::kVec;
+  constexpr int kPerWord = kVec / 4;         // columns per 4-byte word
+  constexpr int kLanesPerBlock = kB / kVec;  // rowwise block: 2 or 4 lanes
+  extern __shared__ __align__(16) uint8_t panel_smem[];
+  __shared__ float enc_table[2][128];  // rowwise, colwise
+
+  const int t = threadIdx.x;
+  const int lane = t % 32;
+  const uint32_t group = blockIdx.x / p.vector_groups;
+  const uint32_t vector_group = blockIdx.x - group * p.vector_groups;
+  const int64_t panel = int64_t{group} * kWarps + t / 32;
+  const int64_t vector = int64_t{vector_group} * 32 + lane;
+  // vectors % kLanesPerBlock == 0: a block's lanes are all live or none.
+  const bool live = panel < p.panels && vector < p.vectors;
+  const int64_t col0 = vector * kVec;  // first column, of W
+  const int64_t elements = p.panels * kB * p.width;
+  // Row i of this thread's panel: 16 bytes at mine + i * 512.
+  uint8_t* const mine = panel_smem + (t / 32) * (kB * 512) + lane * 16;
+
+  for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
+    // This thread's 16 rows: elements (16 panel + i) * W + col0 of example ex.
+    const int64_t first = ex * elements + panel * kB * p.width + col0;
+    {
+      const Storage* src = static_cast<const Storage*>(p.x) + first;
+#pragma unroll
+      for (int i = 0; i < kB; ++i) {
+        AsyncCopy16(mine + i * 512, live ? src + i * p.width : p.x, live);
+      }
+      AsyncCommit();
+    }
+    // The amax kernel (programmatic launch) has finished from here on.
+    WaitForPrerequisiteGrids();
+    __syncthreads();  // the last example's table readers are done
+    {
+      const int part = t / 128;
+      const Nvfp4TensorScale scale = MakeNvfp4TensorScale(
+          part == 0 && p.row != nullptr ? p.amax[ex] : p.col_amax[ex]);
+      enc_table[part][t % 128] =
+          Nvfp4EncodeMultiplier(static_cast<uint8_t>(t % 128), scale);
+    }
+    __syncthreads();
+    AsyncWaitGroup<0>();  // this thread's panel is in
+
+    // Colwise, kPerWord columns per step: word jw of the vector (rotated by
+    // lane / 8 so that a warp's 4-byte loads hit 32 distinct banks).
+    const float col_factor = MakeNvfp4TensorScale(p.col_amax[ex]).factor;
+#pragma unroll 1
+    for (int step = 0; step < 4; ++step) {
+      const int jw = (step + lane / 8) % 4;
+      uint32_t words[kB];
+#pragma unroll
+      for (int i = 0; i < kB; ++i) {
+        words[i] = *reinterpret_cast<const uint32_t*>(mine + i * 512 + 4 * jw);
+      }
+#pragma unroll
+      for (int sub = 0; sub < kPerWord; ++sub) {
+        float v[kB];
+#pragma unroll
+        for (int i = 0; i < kB; ++i) v[i] = ElementOfWord<In>(words[i], sub);
+        if constexpr (kRht) {
+          float rotated[kB];
+          Rht16Exact(v, p.rht_factor, rotated);
+#pragma unroll
+          for (int i = 0; i < kB; ++i) v[i] = rotated[i];
+        }
+        const uint32_t raw = RawKey<kB>(v);
+        const bool has_nan = raw > kF32Inf;
+        const uint32_t key = has_nan ? NanFreeKey<kB>(v) : raw;
+        const uint32_t sdb =
+            E4M3Byte(MulRn(__uint_as_float(key), col_factor));
+        const float enc = enc_table[1][sdb & 127u];
+        uint32_t q[4];
+        if (has_nan) {
+          EncodeExact<kB>(v, enc, q);
+        } else {
+          EncodeFast<kB>(v, enc, q);
+        }
+        if (live) {
+          // Column c * L + l of W is T-layout line (ex * C + c) * L + l.
+          const int64_t line = ex * p.width + col0 + jw * kPerWord + sub;
+          // Whole and 8-byte aligned (PanelsApply): one streaming store.
+          const int64_t index = line * p.ak + panel * kB;
+          __stcs(reinterpret_cast<uint2*>(p.col + index / 2),
+                 make_uint2(PackNibbles8(q[0], q[1]),
+                            PackNibbles8(q[2], q[3])));
+          p.col_scale[line * (p.ak / kB) + panel] = static_cast<uint8_t>(sdb);
+        }
+      }
+    }
+
+    if (p.row != nullptr) {
+      const float row_factor = MakeNvfp4TensorScale(p.amax[ex]).factor;
+      // The lanes of this thread's rowwise block (for the rare NaN shuffle).
+      const unsigned block_lanes = ((1u << kLanesPerBlock) - 1u)
+                                   << (lane & ~(kLanesPerBlock - 1));
+#pragma unroll 1
+      for (int i = 0; i < kB; ++i) {
+        const uint4 four = *reinterpret_cast<const uint4*>(mine + i * 512);
+        const uint32_t w[4] = {four.x, four.y, four.z, four.w};
+        float v[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) v[e] = In::Element(w, e);
+        const uint32_t raw = RawKey<kVec>(v);
+        uint32_t key = raw;
+#pragma unroll
+        for (int s = 1; s < kLanesPerBlock; s *= 2) {
+          key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
+        }
+        if (key > kF32Inf) {  // the block has a NaN: all of its lanes are here
+          key = NanFreeKey<kVec>(v);
+#pragma unroll
+          for (int s = 1; s < kLanesPerBlock; s *= 2) {
+            key = max(key, __shfl_xor_sync(block_lanes, key, s));
+          }
+        }
+        const uint32_t sdb =
+            E4M3Byte(MulRn(__uint_as_float(key), row_factor));
+        const float enc = enc_table[0][sdb & 127u];
+        uint32_t q[kVec / 4];
+        if (raw > kF32Inf) {  // this lane's elements hold the NaN
+          EncodeExact<kVec>(v, enc, q);
+        } else {
+          EncodeFast<kVec>(v, enc, q);
+        }
+        if (live) {
+          const int64_t index = first + i * p.width;
+          StoreRowCodes<kVec>(p.row, index, q);
+          if (lane % kLanesPerBlock == 0) {
+            p.row_scale[index / kB] = static_cast<uint8_t>(sdb);
+          }
+        }
+      }
+    }
+    __syncwarp();  // (the next example's copies overwrite this panel; each
+                   // thread reads only its own slots, so nothing else waits)
+  }
+}
+
+template <typename In, bool kRht>
+Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
+                              const Nvfp4QuantizeBuffers& buf,
+                              cudaStream_t stream) {
+  const Nvfp4View& v = pr.view;
+  PanelParams p{};
+  p.x = buf.x;
+  p.amax = buf.amax;
+  p.col_amax = buf.col_amax;
+  p.row = pr.rowwise ? buf.row : nullptr;
+  p.row_scale = buf.row_scale;
+  p.col = buf.col;
+  p.col_scale = buf.col_scale;
+  p.batch = v.batch;
+  p.width = v.c * v.l;
+  p.vectors = p.width / In::kVec;
+  p.panels = v.a * v.k / kB;
+  p.ak = v.a * v.k;
+  const int64_t vector_groups = CeilDiv(p.vectors, int64_t{32});
+  const int64_t ctas = CeilDiv(p.panels, int64_t{kWarps}) * vector_groups;
+  p.vector_groups = static_cast<uint32_t>(vector_groups);
+  if (kRht) {
+    const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
+    for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];
+  }
+  const unsigned grid_y =
+      static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
+  static const cudaError_t allowed = cudaFuncSetAttribute(
+      PanelKernel<In, kRht>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      kPanelBytes);
+  if (allowed != cudaSuccess) {
+    cudaGetLastError();
+    return Nvfp4LaunchStatus{false, static_cast<int>(allowed),
+                             "allowing PanelKernel 64 KiB of shared memory"};
+  }
+  return LaunchPdl(PanelKernel<In, kRht>,
+                   dim3(static_cast<unsigned>(ctas), grid_y), stream, p,
+                   "launching PanelKernel", kPanelBytes);
+}
+
+template <typename In>
+Nvfp4LaunchStatus LaunchInput(const Nvfp4QuantizeProblem& pr,
+                              const Nvfp4QuantizeBuffers& buf,
+                              cudaStream_t stream) {
+  return pr.use_rht ? LaunchTyped<In, true>(pr, buf, stream)
+                    : LaunchTyped<In, false>(pr, buf, stream);
+}
+
+}  // namespace
+
+bool PanelsApply(const Nvfp4QuantizeProblem& problem,
+                 const Nvfp4QuantizeBuffers& buffers) {
+  const Nvfp4View& v = problem.view;
+  const int64_t vec = v.input_type == InputType::kF32 ? 4 : 8;
+  if (!problem.colwise || problem.use_2d || problem.stochastic_rounding) {
+    return false;
+  }
+  if (v.k % kB != 0 || v.l % kB != 0 || !IsAligned(buffers.x, 16) ||
+      !IsAligned(buffers.col, 8) ||
+      (problem.rowwise && !IsAligned(buffers.row, 4))) {
+    return false;
+  }
+  const int64_t width = v.c * v.l;
+  const int64_t ctas = CeilDiv(v.a * v.k / kB, int64_t{kWarps}) *
+                       CeilDiv(width / vec, int64_t{32});
+  return ctas <= 0x7FFFFFFF;
+}
+
+Nvfp4LaunchStatus LaunchPanels(const Nvfp4QuantizeProblem& problem,
+                               const Nvfp4QuantizeBuffers& buffers,
+                               cudaStream_t stream) {
+  switch (problem.view.input_type) {
+    case InputType::kF32:
+      return LaunchInput<F32In>(problem, buffers, stream);
+    case InputType::kF16:
+      return LaunchInput<F16In>(problem, buffers, stream);
+    case InputType::kBF16:
+      return LaunchInput<Bf16In>(problem, buffers, stream);
+  }
+  return Nvfp4LaunchStatus{false, 0, "unknown input type"};
+}
+
+}  // namespace eqx_quant::cuda::nvfp4
