@@ -44,12 +44,16 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;  // panels per CTA
-constexpr int kMinBlocks = 3;          // 64 KiB of shared memory each
+// Resident CTAs per SM: 3 (64 KiB of shared memory each, <= 85 registers);
+// 2 with stochastic rounding (<= 128 registers: a step's Threefry words).
+template <bool kSr>
+constexpr int kMinBlocks = kSr ? 2 : 3;
 
 struct PanelParams {
   const void* x;
   const float* amax;
   const float* col_amax;
+  const uint32_t* key;  // kSr: batch x 2 Threefry key words
   uint8_t* row;  // null: no rowwise part
   uint8_t* row_scale;
   uint8_t* col;
@@ -61,6 +65,14 @@ struct PanelParams {
   int64_t ak;        // A * K: col elements between consecutive columns
   uint32_t vector_groups;  // ceil(vectors / 32)
   float rht_factor[kRhtSize];  // R[i][0]
+  // kSr: where an element lies in S (the SR index), as in the tile kernel.
+  int64_t k_panels;  // K / 16
+  int64_t l;         // L
+  int k_axis;        // index of K in S
+  // Columns 2m and 2m + 1 of a row are indices 2P and 2P + 1 (every stride
+  // but the last dim's even, even last-dim offset): one Threefry call.
+  bool pair_columns;
+  SrLayout sr;
 };
 
 // The codes of one lane's kVec elements of a row, packed (element 0 in the
@@ -88,8 +100,8 @@ __device__ __forceinline__ float ElementOfWord(uint32_t word, int sub) {
   return In::Element(w, sub);  // reads w[sub / (kVec / 4)] = word
 }
 
-template <typename In, bool kRht>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <typename In, bool kRht, bool kSr>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     PanelKernel(const __grid_constant__ PanelParams p) {
   using Storage = typename In::Storage;
   constexpr int kVec = In::kVec;
@@ -135,6 +147,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncthreads();
     AsyncWaitGroup<0>();  // this thread's panel is in
 
+    // kSr: the A and C terms of this thread's SR indices, the last dim's term
+    // of its first column and the K term of its first row.
+    uint64_t sr_base = 0;
+    uint32_t key0 = 0;
+    uint32_t key1 = 0;
+    int64_t l0 = 0;
+    int64_t k0 = 0;
+    if constexpr (kSr) {
+      int64_t kb;
+      const int64_t a = DivMod(panel, p.k_panels, p.sr.narrow, kb);
+      const int64_t c = DivMod(col0, p.l, p.sr.narrow, l0);
+      k0 = kb * kB;
+      sr_base = SrMulti(p.sr, 0, p.k_axis, a) +
+                SrMulti(p.sr, p.k_axis + 1, p.sr.n - 1, c);
+      key0 = p.key[2 * ex];
+      key1 = p.key[2 * ex + 1];
+    }
+    // (l0 + jw * kPerWord is even: a pair's first index is even.)
+    const bool pair_columns =
+        kSr && p.pair_columns && (__ldg(p.sr.offset + p.sr.n - 1) & 1) == 0;
+
     // Colwise, kPerWord columns per step: word jw of the vector (rotated by
     // lane / 8 so that a warp's 4-byte loads hit 32 distinct banks).
     const float col_factor = MakeNvfp4TensorScale(p.col_amax[ex]).factor;
@@ -145,6 +178,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
       for (int i = 0; i < kB; ++i) {
         words[i] = *reinterpret_cast<const uint32_t*>(mine + i * 512 + 4 * jw);
+      }
+      // kSr: the SR index of row i of column sub of this step, and (column
+      // pairs) both columns' Threefry words, one call per row.
+      auto index_of = [&](int sub, int i) {
+        return sr_base + SrTerm(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub) +
+               SrTerm(p.sr, p.k_axis, k0 + i);
+      };
+      uint32_t sr_words[kPerWord][kB];
+      const bool paired = kSr && kPerWord == 2 && pair_columns;
+      if (paired) {
+#pragma unroll
+        for (int i = 0; i < kB; ++i) {
+          StochasticRoundingPair(key0, key1, index_of(0, i) >> 1,
+                                 kColwiseStream, sr_words[0][i],
+                                 sr_words[kPerWord - 1][i]);
+        }
       }
 #pragma unroll
       for (int sub = 0; sub < kPerWord; ++sub) {
@@ -164,7 +213,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             E4M3Byte(MulRn(__uint_as_float(key), col_factor));
         const float enc = enc_table[1][sdb & 127u];
         uint32_t q[4];
-        if (has_nan) {
+        if constexpr (kSr) {
+          if (paired) {
+            EncodeSrWords<kB>(v, enc, sr_words[sub], q);
+          } else {
+            EncodeSr<kB>(v, enc, key0, key1, kColwiseStream,
+                         [&](int i) { return index_of(sub, i); }, q);
+          }
+        } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
         } else {
           EncodeFast<kB>(v, enc, q);
@@ -211,7 +267,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             E4M3Byte(MulRn(__uint_as_float(key), row_factor));
         const float enc = enc_table[0][sdb & 127u];
         uint32_t q[kVec / 4];
-        if (raw > kF32Inf) {  // this lane's elements hold the NaN
+        if constexpr (kSr) {
+          EncodeSrRun<kVec>(
+              v, enc, key0, key1, kRowwiseStream,
+              sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
+              static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)), q);
+        } else if (raw > kF32Inf) {  // this lane's elements hold the NaN
           EncodeExact<kVec>(v, enc, q);
         } else {
           EncodeFast<kVec>(v, enc, q);
@@ -230,15 +291,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-template <typename In, bool kRht>
+template <typename In, bool kRht, bool kSr>
 Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
                               const Nvfp4QuantizeBuffers& buf,
-                              cudaStream_t stream) {
+                              const SrLayout& sr, cudaStream_t stream) {
   const Nvfp4View& v = pr.view;
   PanelParams p{};
   p.x = buf.x;
   p.amax = buf.amax;
   p.col_amax = buf.col_amax;
+  p.key = buf.key;
   p.row = pr.rowwise ? buf.row : nullptr;
   p.row_scale = buf.row_scale;
   p.col = buf.col;
@@ -251,6 +313,12 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   const int64_t vector_groups = CeilDiv(p.vectors, int64_t{32});
   const int64_t ctas = CeilDiv(p.panels, int64_t{kWarps}) * vector_groups;
   p.vector_groups = static_cast<uint32_t>(vector_groups);
+  p.k_panels = v.k / kB;
+  p.l = v.l;
+  p.k_axis = static_cast<int>(v.k_axis);
+  p.sr = sr;
+  // (The kernel also needs an even last-dim offset, which it reads.)
+  p.pair_columns = kSr && sr.n >= 2 && sr.stride[sr.n - 2] % 2 == 0;
   if (kRht) {
     const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
     for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];
@@ -258,14 +326,14 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   const unsigned grid_y =
       static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
   static const cudaError_t allowed = cudaFuncSetAttribute(
-      PanelKernel<In, kRht>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      PanelKernel<In, kRht, kSr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
       kPanelBytes);
   if (allowed != cudaSuccess) {
     cudaGetLastError();
     return Nvfp4LaunchStatus{false, static_cast<int>(allowed),
                              "allowing PanelKernel 64 KiB of shared memory"};
   }
-  return LaunchPdl(PanelKernel<In, kRht>,
+  return LaunchPdl(PanelKernel<In, kRht, kSr>,
                    dim3(static_cast<unsigned>(ctas), grid_y), stream, p,
                    "launching PanelKernel", kPanelBytes);
 }
@@ -273,9 +341,13 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
 template <typename In>
 Nvfp4LaunchStatus LaunchInput(const Nvfp4QuantizeProblem& pr,
                               const Nvfp4QuantizeBuffers& buf,
-                              cudaStream_t stream) {
-  return pr.use_rht ? LaunchTyped<In, true>(pr, buf, stream)
-                    : LaunchTyped<In, false>(pr, buf, stream);
+                              const SrLayout& sr, cudaStream_t stream) {
+  if (pr.stochastic_rounding) {
+    return pr.use_rht ? LaunchTyped<In, true, true>(pr, buf, sr, stream)
+                      : LaunchTyped<In, false, true>(pr, buf, sr, stream);
+  }
+  return pr.use_rht ? LaunchTyped<In, true, false>(pr, buf, sr, stream)
+                    : LaunchTyped<In, false, false>(pr, buf, sr, stream);
 }
 
 }  // namespace
@@ -284,9 +356,7 @@ bool PanelsApply(const Nvfp4QuantizeProblem& problem,
                  const Nvfp4QuantizeBuffers& buffers) {
   const Nvfp4View& v = problem.view;
   const int64_t vec = v.input_type == InputType::kF32 ? 4 : 8;
-  if (!problem.colwise || problem.use_2d || problem.stochastic_rounding) {
-    return false;
-  }
+  if (!problem.colwise || problem.use_2d) return false;
   if (v.k % kB != 0 || v.l % kB != 0 || !IsAligned(buffers.x, 16) ||
       !IsAligned(buffers.col, 8) ||
       (problem.rowwise && !IsAligned(buffers.row, 4))) {
@@ -300,14 +370,14 @@ bool PanelsApply(const Nvfp4QuantizeProblem& problem,
 
 Nvfp4LaunchStatus LaunchPanels(const Nvfp4QuantizeProblem& problem,
                                const Nvfp4QuantizeBuffers& buffers,
-                               cudaStream_t stream) {
+                               const SrLayout& sr, cudaStream_t stream) {
   switch (problem.view.input_type) {
     case InputType::kF32:
-      return LaunchInput<F32In>(problem, buffers, stream);
+      return LaunchInput<F32In>(problem, buffers, sr, stream);
     case InputType::kF16:
-      return LaunchInput<F16In>(problem, buffers, stream);
+      return LaunchInput<F16In>(problem, buffers, sr, stream);
     case InputType::kBF16:
-      return LaunchInput<Bf16In>(problem, buffers, stream);
+      return LaunchInput<Bf16In>(problem, buffers, sr, stream);
   }
   return Nvfp4LaunchStatus{false, 0, "unknown input type"};
 }

@@ -447,7 +447,7 @@ Nvfp4LaunchStatus Nvfp4Quantize(const Nvfp4QuantizeProblem& problem,
     sr.n = static_cast<int>(v.shape.size());
   }
   if (PanelsApply(problem, buffers)) {
-    return LaunchPanels(problem, buffers, stream);
+    return LaunchPanels(problem, buffers, sr, stream);
   }
   if (problem.colwise || problem.use_2d) {
     return LaunchTiles(problem, buffers, sr, stream);

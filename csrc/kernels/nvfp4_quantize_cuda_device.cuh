@@ -454,14 +454,14 @@ Nvfp4LaunchStatus LaunchTiles(const Nvfp4QuantizeProblem& problem,
                               const Nvfp4QuantizeBuffers& buffers,
                               const SrLayout& sr, cudaStream_t stream);
 
-// The PanelKernel launcher (kernels/nvfp4_panel_cuda.cu): 1D colwise without
-// stochastic rounding when K % 16 == 0, L % 16 == 0 and the buffers are
-// aligned (PanelsApply); faster than the tile kernel there.
+// The PanelKernel launcher (kernels/nvfp4_panel_cuda.cu): 1D colwise when
+// K % 16 == 0, L % 16 == 0 and the buffers are aligned (PanelsApply); faster
+// than the tile kernel there.
 bool PanelsApply(const Nvfp4QuantizeProblem& problem,
                  const Nvfp4QuantizeBuffers& buffers);
 Nvfp4LaunchStatus LaunchPanels(const Nvfp4QuantizeProblem& problem,
                                const Nvfp4QuantizeBuffers& buffers,
-                               cudaStream_t stream);
+                               const SrLayout& sr, cudaStream_t stream);
 
 }  // namespace eqx_quant::cuda::nvfp4
 
