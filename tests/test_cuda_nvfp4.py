@@ -19,8 +19,8 @@ stochastic rounding: several steps per CTA, a partial last step, NaN steps, the 
 unpaired encoder: a finite bf16 global amax above 6 x 2^123 takes the latter), RowFastKernel (the
 same for f32 and with stochastic rounding), RowScalarKernel (L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
 a 16-byte vector), partial K and L blocks and tiles, C > 1, A > 1, several tiles per CTA, empty
-tensors; PanelKernel (1D colwise without stochastic rounding, K % 16 == 0, L % 16 == 0, with and
-without the RHT, rowwise optional; partial panel and vector groups); AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
+tensors; PanelKernel (1D colwise with K % 16 == 0 and L % 16 == 0: with and without the RHT and
+stochastic rounding, rowwise optional; partial panel and vector groups); AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
 stochastic rounding, alone and combined; vmapped batches (per-example amax, key). The raw op
 (`jax.ffi.ffi_call`, GPU target vs CPU target) covers what the public API does not reach
 unsharded: stochastic-rounding indices of a shard (offset, global shape), indices >= 2^32 and

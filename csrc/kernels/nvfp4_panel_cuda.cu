@@ -1,31 +1,37 @@
 // CUDA kernel of eqx_quant_nvfp4_quantize for sm_90a: 1D colwise NVFP4 (with
-// or without the RHT, rowwise optional) without stochastic rounding, when
-// every colwise block is whole and every row is whole 16-byte vectors
+// or without the RHT, with or without stochastic rounding, rowwise optional)
+// when every colwise block is whole and every row is whole 16-byte vectors
 // (PanelsApply). Bit-exact with the CPU kernel; kernels/nvfp4_tile_cuda.cu
 // serves the other colwise and 2D problems.
 //
 // PanelKernel (256 threads, one CTA per 128 rows x 32 vectors, nothing
-// allocated, no shared memory but the encode tables): a thread owns a panel,
-// the 16 rows of one colwise block (16 consecutive k of one a, i.e. 16
-// consecutive rows of the (A * K) x W matrix, W = C * L) times one 16-byte
-// column vector (kVec = 8 bf16 / f16 or 4 f32 columns). It loads its 16
-// vectors at once (a warp's load is 512 contiguous bytes of one row; warp w
-// holds the CTA's panel w, lane v its vector v) and keeps them in registers:
-//   * colwise, per column: the 16 values (RHT'd with Rht16Exact when kRht),
-//     their block amax, scale byte and 16 codes, stored as one 8-byte
-//     streaming store of the T layout (c, l, a, k) and one scale byte; the 8
-//     warps of a CTA write 64 contiguous bytes of each column's output row.
+// allocated): a thread owns a panel, the 16 rows of one colwise block (16
+// consecutive k of one a, i.e. 16 consecutive rows of the (A * K) x W matrix,
+// W = C * L) times one 16-byte column vector (kVec = 8 bf16 / f16 or 4 f32
+// columns). Its 16 vectors are copied to shared memory with cp.async (a
+// warp's copy of one row is 512 contiguous bytes; warp w holds the CTA's
+// panel w, lane v its vector v) and read back by the thread alone:
+//   * colwise, kVec / 4 columns per step (one 4-byte word of each row; the
+//     word is rotated by lane / 8 so that a warp's loads are conflict-free):
+//     the 16 values (RHT'd with Rht16Exact when kRht), their block amax, scale
+//     byte and 16 codes, stored as one 8-byte streaming store of the T layout
+//     (c, l, a, k) and one scale byte; the 8 warps of a CTA write 64
+//     contiguous bytes of each column's output row. SR: columns 2m and 2m + 1
+//     of a row are indices 2P and 2P + 1 in the usual layouts (even strides,
+//     even last-dim offset) and sit in the same word, so one Threefry call
+//     per row gives both columns' words; otherwise one call per element.
 //   * rowwise, per row: a 16-element block is 16 / kVec consecutive lanes;
-//     the block amax is a shuffle over them (and the NaN-free one, only in
-//     a block that holds a NaN, over the same lanes); each lane encodes its
-//     kVec elements (a warp's store is 128 contiguous bytes of codes) and
-//     the block's first lane stores the scale byte.
-// The loads are issued before the wait for the amax kernel (programmatic
+//     the block amax is a shuffle over them (and the NaN-free one, only in a
+//     block that holds a NaN, over the same lanes); each lane encodes its kVec
+//     elements (a warp's store is 128 contiguous bytes of codes; SR by the
+//     tile kernel's EncodeSrRun) and the block's first lane stores the scale
+//     byte.
+// The copies are issued before the wait for the amax kernel (programmatic
 // dependent launch); the CTA then builds the encode multipliers of the 128
 // possible scale bytes of each part (an IEEE division each).
-// Why: the tile kernel's colwise phase reads its columns from shared memory
-// with 2-byte loads and 16 elements per thread; this one has no staging and
-// 16 loads of 16 bytes in flight per thread (the RHT amax kernel's pattern).
+// The loops stay loops: the fully unrolled form (panel in registers) was a
+// 15,700-instruction kernel that stalled on instruction fetch (no faster
+// than the tile kernel); this one is ~2,900 (docs/performance.md).
 // No kernel spills (ptxas -warn-spills is on in CMake).
 
 #include <cuda_runtime.h>

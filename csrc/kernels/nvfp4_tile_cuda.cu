@@ -1,6 +1,8 @@
 // CUDA kernel of eqx_quant_nvfp4_quantize for sm_90a: every problem with a
-// colwise part or 2D scaling (kernels/nvfp4_quantize_cuda.cu has the
-// rowwise-only kernels and the semantics). Bit-exact with the CPU kernel.
+// colwise part or 2D scaling that PanelKernel (kernels/nvfp4_panel_cuda.cu,
+// the aligned 1D colwise problems) does not take; kernels/nvfp4_quantize_cuda.cu
+// has the rowwise-only kernels and the semantics. Bit-exact with the CPU
+// kernel.
 //
 // TileKernel (256 threads, persistent CTAs, nothing allocated): a tile is 64
 // k-rows (one a) x 64 l (one c) of an example, so rowwise blocks, colwise
