@@ -195,14 +195,14 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
   auto valid_at = [&](const Tile& t, int u, int64_t col) {
     return warp + kWarps * u < t.rows && col < p.width;
   };
-  auto fetch = [&](int64_t index, int b) {
-    const Tile t = TileAt(p, index, kTileCols);
+  auto fetch = [&](const Tile& t, int b) {
     const int64_t col = t.col0 + lane * kVec;
+    const Storage* src = x + elem_at(t, 0, col);  // rows kWarps apart
 #pragma unroll
     for (int u = 0; u < kRowsPerThread; ++u) {
       const bool valid = valid_at(t, u, col);
-      AsyncCopy16(buf[b][warp][u][lane], valid ? x + elem_at(t, u, col) : x,
-                  valid);
+      AsyncCopy16(buf[b][warp][u][lane],
+                  valid ? src + u * kWarps * p.width : x, valid);
     }
   };
 
@@ -214,18 +214,31 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     return (index + 1) % step != 0 ? index + 1
                                    : index + 1 - step + gridDim.x * step;
   };
+  // Where a tile lies is found once (the next tile's place is kept for the
+  // next iteration); inside a strip it is the last tile moved one tile right.
   int cur = 0;
   const uint32_t first = blockIdx.x * step;
-  if (first < tiles) fetch(first, 0);
+  Tile upcoming{};
+  if (first < tiles) {
+    upcoming = TileAt(p, first, kTileCols);
+    fetch(upcoming, 0);
+  }
   AsyncCommit();
   for (uint32_t index = first; index < tiles;
        index = next_of(index), cur ^= 1) {
+    const Tile t = upcoming;
     const uint32_t next = next_of(index);
-    if (next < tiles) fetch(next, cur ^ 1);
+    if (next < tiles) {
+      if (p.strips && (index + 1) % step != 0) {  // the same strip
+        upcoming.col0 += kTileCols;
+      } else {
+        upcoming = TileAt(p, next, kTileCols);
+      }
+      fetch(upcoming, cur ^ 1);
+    }
     AsyncCommit();
     AsyncWaitGroup<1>();  // this thread's part of tile `index` is in
 
-    const Tile t = TileAt(p, index, kTileCols);
     const int64_t my_col = t.col0 + lane * kVec;
     const int in_strip = static_cast<int>(index % kStripTiles);  // if strips
     uint32_t w[kRowsPerThread][4];
