@@ -233,7 +233,7 @@ struct MxRowLeaf {
     }
     const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
     if (live) {
-      const float factor = E8m0ReciprocalScale(e);
+      const float factor = mxfp8::BlockFactor(e);
       uint32_t q[In::kVec / 4];
       mxfp8::QuantizeVector<In, kFormat, true>(w, &factor, q);
       StoreCastWords(row, q);

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 8)
       // N % kVec == 0: a block's first vector is in range iff the block is.
       const bool ok = row_ok && col0 + u * 32 * kVec < N;
       if (ok) {
-        const float factor = E8m0ReciprocalScale(e);
+        const float factor = mxfp8::BlockFactor(e);
         uint32_t q8[kWordsOut];
         mxfp8::QuantizeVector<In, kFormat, true>(w, &factor, q8);
         StoreCastWords(out + u * 32 * kVec, q8);

@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, d));
           }
           const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
-          const float factor = E8m0ReciprocalScale(e);
+          const float factor = mxfp8::BlockFactor(e);
           uint32_t q[kOutWords];
           mxfp8::QuantizeVector<In, kFormat, true>(w[u], &factor, q);
           store(row_out, u, q);
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                 In::kKeysPerWord == 2 ? (h ? m >> 16 : m & 0xFFFFu) : m;
             const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
             const int column = c * In::kKeysPerWord + h;
-            factors[column] = E8m0ReciprocalScale(e);
+            factors[column] = mxfp8::BlockFactor(e);
             if (col0 + column < N) {
               // Column n of the tile: tile row n % 32, word (n / 32) % 4,
               // byte s (the unit's block s).

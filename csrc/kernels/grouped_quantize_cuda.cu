@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int e = 0; e < 32; ++e) k = max(k, F32Key(v[e]));
             e8 = BlockScale<kFormat>(__uint_as_float(k));
-            factor = E8m0ReciprocalScale(e8);
+            factor = mxfp8::BlockFactor(e8);
           }
           uint32_t q[8];
           Cast32<kFormat>(v, factor, q);
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int i = 0; i < 32; ++i) k = max(k, F32Key(v[i]));
             const uint8_t e8 = BlockScale<kFormat>(__uint_as_float(k));
-            factor = E8m0ReciprocalScale(e8);
+            factor = mxfp8::BlockFactor(e8);
             const int64_t q_cols =
                 grouped::PadTo(
                     grouped::CeilDiv(gt.rows, grouped::kMxfp8Block), 4);

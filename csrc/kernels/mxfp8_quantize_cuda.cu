@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
           key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
         }
         const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
-        const float factor = E8m0ReciprocalScale(e);
+        const float factor = mxfp8::BlockFactor(e);
         uint32_t q[kOutWords];
         QuantizeVector<In, kFormat, true>(w[u], &factor, q);
         if (lane % kLanesPerBlock == 0 && valid_at(t, u, my_col)) {
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
               In::kKeysPerWord == 2 ? (h ? m >> 16 : m & 0xFFFFu) : m;
           const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
           const int column = c * In::kKeysPerWord + h;
-          factors[column] = E8m0ReciprocalScale(e);
+          factors[column] = mxfp8::BlockFactor(e);
           if (p.strips) {
             staged_col[in_strip * kTileCols + column] = e;
           } else if (t.col0 + column < p.width) {

@@ -89,7 +89,7 @@ __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
     }
     const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
     if (in_range(u)) {
-      const float factor = E8m0ReciprocalScale(e);
+      const float factor = mxfp8::BlockFactor(e);
       uint32_t q[kVec / 4];
       QuantizeVector<In, kFormat, true>(w, &factor, q);
       StoreCastWords(row + u * 32 * kVec, q);
