@@ -5,6 +5,7 @@
 //   amax  = NaN-ignoring max |x|, found as the max of the magnitude bit
 //           patterns with NaN -> 0 (integer compares: no flush-to-zero issue)
 //   E     = Mxfp8BlockScale(amax) = e8m0_round_up(fl(amax * fl(1/fp8_max)))
+//           (the round-up by E8m0RoundUpNotNan: amax is never NaN here)
 //   bytes = cvt.rn.satfinite(fl(x * 2^(127-E)))    NaN -> 0x7F
 // The helpers of common/e8m0.h are shared with the CPU kernel. This file is
 // compiled with --fmad=false --ftz=false, and the per-element product is an
@@ -40,6 +41,8 @@
 //     consumed) part of the input buffer and written with 16-byte stores
 //     (4 or 8 byte stores from registers when the rows are not 16-byte
 //     aligned).
+//     Where a tile lies (two divisions of its index) is found once, for its
+//     prefetch, and kept; inside a strip it is the last tile moved right.
 //     Strips (W % 1024 == 0, 16-byte aligned scale buffers): a CTA takes the
 //     1024 / (32 * kVec) consecutive tiles of 1024 columns of one row block,
 //     in order, and stages their scale bytes in shared memory: 32 bytes per
