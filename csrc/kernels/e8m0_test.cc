@@ -21,25 +21,14 @@
 
 #include "common/e8m0.h"
 #include "common/fp8_format.h"
+#include "kernels/host_test_expect.h"
 
 namespace {
 
 namespace eq = eqx_quant;
 
-int failures = 0;
-int64_t checks = 0;
-
-#define EXPECT(cond, ...)                            \
-  do {                                               \
-    ++checks;                                        \
-    if (!(cond)) {                                   \
-      if (++failures <= 20) {                        \
-        std::printf("FAILED %s: ", #cond);           \
-        std::printf(__VA_ARGS__);                    \
-        std::printf("\n");                           \
-      }                                              \
-    }                                                \
-  } while (0)
+using eqx_quant::host_test::checks;
+using eqx_quant::host_test::failures;
 
 void CheckRoundUp() {
   uint32_t bits = 0;

@@ -25,25 +25,14 @@
 #include <vector>
 
 #include "common/grouped_layout.h"
+#include "kernels/host_test_expect.h"
 
 namespace {
 
 namespace g = eqx_quant::grouped;
 
-int failures = 0;
-int64_t checks = 0;
-
-#define EXPECT(cond, ...)                            \
-  do {                                               \
-    ++checks;                                        \
-    if (!(cond)) {                                   \
-      if (++failures <= 20) {                        \
-        std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-        std::printf(__VA_ARGS__);                    \
-        std::printf("\n");                           \
-      }                                              \
-    }                                                \
-  } while (0)
+using eqx_quant::host_test::checks;
+using eqx_quant::host_test::failures;
 
 // ---------------------------------------------------------------------------
 // Layout

@@ -37,6 +37,7 @@
 #include "common/tree_sum.h"
 #include "kernels/fp8_quantize_cpu.h"
 #include "kernels/grouped_quantize_cpu.h"
+#include "kernels/host_test_expect.h"
 #include "kernels/mxfp8_quantize_cpu.h"
 #include "kernels/nvfp4_quantize_cpu.h"
 
@@ -46,20 +47,8 @@ namespace g = eqx_quant::grouped;
 using eqx_quant::Fp8Format;
 using eqx_quant::InputType;
 
-int failures = 0;
-int64_t checks = 0;
-
-#define EXPECT(cond, ...)                            \
-  do {                                               \
-    ++checks;                                        \
-    if (!(cond)) {                                   \
-      if (++failures <= 20) {                        \
-        std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-        std::printf(__VA_ARGS__);                    \
-        std::printf("\n");                           \
-      }                                              \
-    }                                                \
-  } while (0)
+using eqx_quant::host_test::checks;
+using eqx_quant::host_test::failures;
 
 // ---------------------------------------------------------------------------
 // Kernels against the dense kernels per group

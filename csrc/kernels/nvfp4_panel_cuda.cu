@@ -344,18 +344,6 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
                    "launching PanelKernel", kPanelBytes);
 }
 
-template <typename In>
-Nvfp4LaunchStatus LaunchInput(const Nvfp4QuantizeProblem& pr,
-                              const Nvfp4QuantizeBuffers& buf,
-                              const SrLayout& sr, cudaStream_t stream) {
-  if (pr.stochastic_rounding) {
-    return pr.use_rht ? LaunchTyped<In, true, true>(pr, buf, sr, stream)
-                      : LaunchTyped<In, false, true>(pr, buf, sr, stream);
-  }
-  return pr.use_rht ? LaunchTyped<In, true, false>(pr, buf, sr, stream)
-                    : LaunchTyped<In, false, false>(pr, buf, sr, stream);
-}
-
 }  // namespace
 
 bool PanelsApply(const Nvfp4QuantizeProblem& problem,
@@ -377,15 +365,10 @@ bool PanelsApply(const Nvfp4QuantizeProblem& problem,
 Nvfp4LaunchStatus LaunchPanels(const Nvfp4QuantizeProblem& problem,
                                const Nvfp4QuantizeBuffers& buffers,
                                const SrLayout& sr, cudaStream_t stream) {
-  switch (problem.view.input_type) {
-    case InputType::kF32:
-      return LaunchInput<F32In>(problem, buffers, sr, stream);
-    case InputType::kF16:
-      return LaunchInput<F16In>(problem, buffers, sr, stream);
-    case InputType::kBF16:
-      return LaunchInput<Bf16In>(problem, buffers, sr, stream);
-  }
-  return Nvfp4LaunchStatus{false, 0, "unknown input type"};
+  return DispatchInputAndModes(problem, [&](auto input, auto rht, auto sr_on) {
+    return LaunchTyped<decltype(input), decltype(rht)::value,
+                       decltype(sr_on)::value>(problem, buffers, sr, stream);
+  });
 }
 
 }  // namespace eqx_quant::cuda::nvfp4

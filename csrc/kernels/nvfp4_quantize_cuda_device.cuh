@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
@@ -441,6 +442,30 @@ int ResidentBlocks(Kernel kernel, int threads, int fallback,
     blocks = fallback;
   }
   return blocks;
+}
+
+// launch(In{}, rht, sr) for the problem's input type and its use_rht and
+// stochastic_rounding flags as std::bool_constant values (the tile and panel
+// launchers instantiate one kernel per combination).
+template <typename Launch>
+Nvfp4LaunchStatus DispatchInputAndModes(const Nvfp4QuantizeProblem& problem,
+                                        Launch&& launch) {
+  auto modes = [&](auto input) -> Nvfp4LaunchStatus {
+    if (problem.use_rht) {
+      return problem.stochastic_rounding
+                 ? launch(input, std::true_type{}, std::true_type{})
+                 : launch(input, std::true_type{}, std::false_type{});
+    }
+    return problem.stochastic_rounding
+               ? launch(input, std::false_type{}, std::true_type{})
+               : launch(input, std::false_type{}, std::false_type{});
+  };
+  switch (problem.view.input_type) {
+    case InputType::kF32: return modes(F32In{});
+    case InputType::kF16: return modes(F16In{});
+    case InputType::kBF16: return modes(Bf16In{});
+  }
+  return Nvfp4LaunchStatus{false, 0, "unknown input type"};
 }
 
 // Resident CTAs per SM the quantize kernels are built for (registers <= 64;
