@@ -142,14 +142,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     }
     // The amax kernel (programmatic launch) has finished from here on.
     WaitForPrerequisiteGrids();
+    const Nvfp4TensorScale col_t = MakeNvfp4TensorScale(p.col_amax[ex]);
+    const Nvfp4TensorScale row_t =
+        p.row != nullptr ? MakeNvfp4TensorScale(p.amax[ex]) : col_t;
     __syncthreads();  // the last example's table readers are done
-    {
-      const int part = t / 128;
-      const Nvfp4TensorScale scale = MakeNvfp4TensorScale(
-          part == 0 && p.row != nullptr ? p.amax[ex] : p.col_amax[ex]);
-      enc_table[part][t % 128] =
-          Nvfp4EncodeMultiplier(static_cast<uint8_t>(t % 128), scale);
-    }
+    enc_table[t / 128][t % 128] = Nvfp4EncodeMultiplier(
+        static_cast<uint8_t>(t % 128), t < 128 ? row_t : col_t);
     __syncthreads();
     AsyncWaitGroup<0>();  // this thread's panel is in
 
@@ -176,7 +174,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
 
     // Colwise, kPerWord columns per step: word jw of the vector (rotated by
     // lane / 8 so that a warp's 4-byte loads hit 32 distinct banks).
-    const float col_factor = MakeNvfp4TensorScale(p.col_amax[ex]).factor;
 #pragma unroll 1
     for (int step = 0; step < 4; ++step) {
       const int jw = (step + lane / 8) % 4;
@@ -216,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
         const bool has_nan = raw > kF32Inf;
         const uint32_t key = has_nan ? NanFreeKey<kB>(v) : raw;
         const uint32_t sdb =
-            E4M3Byte(MulRn(__uint_as_float(key), col_factor));
+            E4M3Byte(MulRn(__uint_as_float(key), col_t.factor));
         const float enc = enc_table[1][sdb & 127u];
         uint32_t q[4];
         if constexpr (kSr) {
@@ -245,7 +242,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     }
 
     if (p.row != nullptr) {
-      const float row_factor = MakeNvfp4TensorScale(p.amax[ex]).factor;
       // The lanes of this thread's rowwise block (for the rare NaN shuffle).
       const unsigned block_lanes = ((1u << kLanesPerBlock) - 1u)
                                    << (lane & ~(kLanesPerBlock - 1));
@@ -270,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
           }
         }
         const uint32_t sdb =
-            E4M3Byte(MulRn(__uint_as_float(key), row_factor));
+            E4M3Byte(MulRn(__uint_as_float(key), row_t.factor));
         const float enc = enc_table[0][sdb & 127u];
         uint32_t q[kVec / 4];
         if constexpr (kSr) {
