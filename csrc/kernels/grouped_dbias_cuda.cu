@@ -40,17 +40,16 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "common/e8m0.h"
 #include "common/float_narrow.h"
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
 #include "common/mxfp8_problem.h"
 #include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_dbias_tree_cuda.cuh"
+#include "kernels/column_tree_mx_row_cuda.cuh"
 #include "kernels/column_tree_sums_cuda.h"
 #include "kernels/grouped_quantize_cuda.h"
 #include "kernels/grouped_quantize_cuda_device.cuh"
-#include "kernels/fp8_convert_cuda.cuh"  // StoreCastWords
 #include "kernels/mxfp8_quantize_cuda_device.cuh"
 
 namespace eqx_quant::cuda {
@@ -59,6 +58,11 @@ namespace {
 namespace cg = cooperative_groups;
 namespace gdt = grouped_dbias_tree;
 using namespace grouped_dev;  // NOLINT: the shared helpers of the grouped ops
+using column_tree_mx::kMxBlock;
+using column_tree_mx::MxRow;
+using column_tree_mx::MxRowLeaf;
+using column_tree_mx::MxRowOut;
+using column_tree_mx::NoLeaf;
 using mxfp8::Bf16In;
 using mxfp8::F16In;
 using mxfp8::F32In;
@@ -77,18 +81,6 @@ constexpr int kBlocksPerSm = 4;
 // other (half the vectors live): 71.4 / 67.2 at 2 CTAs, 65.0 / 66.7 at 3,
 // 67.6 / 67.7 at 4; not kept.
 constexpr int kMxBlocksPerSm = 2;
-
-constexpr int kMxBlock = static_cast<int>(kMxfp8BlockSize);  // 32
-
-// The MXFP8 rowwise output written in the same read (kernels/column_tree_sums_cuda.h).
-enum class MxRow { kNone, kE4M3, kE5M2 };
-
-// Where that output goes (format kNone: no output).
-struct MxRowOut {
-  MxRow format = MxRow::kNone;
-  uint8_t* row = nullptr;
-  uint8_t* row_scale = nullptr;
-};
 
 // fn(In{}) for the input type's mxfp8 input struct; `otherwise` for an
 // unknown type.
@@ -209,45 +201,6 @@ __device__ __forceinline__ float Sum8(float (&s)[8]) {
   }
   return s[0];
 }
-
-// kMx: the MXFP8 rowwise blocks of a loaded chunk, one slot at a time (the
-// SlotTree leaf). Slot j holds the chunk's next row iff SlotKey(j) < m
-// (warp-uniform), so the rows go to the slots in slot order; the lanes of a
-// block are all live or all not (N % 32 == 0). row / scale: where the
-// chunk's first row goes in mx_row / mx_row_scale, at this lane.
-template <typename In, Fp8Format kFormat>
-struct MxRowLeaf {
-  int m;
-  bool live;
-  int64_t cols;
-  uint8_t* row;    // advanced by a row per occupied slot
-  uint8_t* scale;
-
-  __device__ __forceinline__ void operator()(int j, const uint32_t (&w)[4]) {
-    constexpr int kLanesPerBlock = kMxBlock / In::kVec;
-    if (gdt::SlotKey(j) >= m) return;
-    uint32_t key = mxfp8::VectorKey<In>(w);
-#pragma unroll
-    for (int s = 1; s < kLanesPerBlock; s *= 2) {
-      key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
-    }
-    const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
-    if (live) {
-      const float factor = mxfp8::BlockFactor(e);
-      uint32_t q[In::kVec / 4];
-      mxfp8::QuantizeVector<In, kFormat, true>(w, &factor, q);
-      StoreCastWords(row, q);
-      if (threadIdx.x % kLanesPerBlock == 0) *scale = e;
-    }
-    row += cols;
-    scale += cols / kMxBlock;
-  }
-};
-
-// The SlotTree leaf without an MXFP8 output.
-struct NoLeaf {
-  __device__ __forceinline__ void operator()(int, const uint32_t (&)[4]) {}
-};
 
 // kAmax: also publish each example's amax (p.amax); the grouped dbias has none.
 template <typename In, int kLaneCols, bool kAmax, MxRow kMx>
