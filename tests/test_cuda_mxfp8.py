@@ -15,7 +15,7 @@ layouts (a part's bytes do not depend on the layout).
 The shapes reach every kernel path: the tile kernel with rowwise and colwise, rowwise only (the
 flat stream kernel: whole and partial warps, scale words and single scale bytes), colwise only with 16-byte staged stores and with 8/4-byte
 stores (rows not a multiple of 16 bytes), and the scalar kernels (L % 32 != 0, rows not a
-multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1, strips of 1024 columns (the
+multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1, strips of 512 columns (the
 tile kernel's staged scale bytes) and empty tensors.
 """
 
@@ -136,9 +136,11 @@ SHAPES = [
     ((4, 100, 64), -2, "bf16", "e4m3"),  # K=4, C=100
     ((2, 40, 3, 64), -2, "bf16", "e5m2"),  # A=2, K=40 (partial block), C=3
     ((2, 40, 3, 64), -2, "f32", "e4m3"),
-    ((2, 40, 4, 256), -2, "bf16", "e4m3"),  # strips (W % 1024 == 0): A=2, partial K block
-    ((2, 40, 4, 256), -2, "f32", "e5m2"),  # strips of 8 f32 tiles
-    ((72, 2048), -1, "f16", "e5m2"),  # two strips per row block, partial K block
+    ((2, 40, 4, 256), -2, "bf16", "e4m3"),  # strips (W % 512 == 0): A=2, partial K block
+    ((2, 40, 4, 256), -2, "f32", "e5m2"),  # strips of 4 f32 tiles
+    ((72, 2048), -1, "f16", "e5m2"),  # four strips per row block, partial K block
+    ((40, 1536), -1, "bf16", "e4m3"),  # strips of 512 columns, W % 1024 != 0
+    ((2, 64, 512), -1, "f32", "e5m2"),  # one strip of 4 f32 tiles per row block
     ((5, 96), -1, "bf16", "e4m3"),  # flat rowwise: a partial last pseudo-row
     ((3, 96), -1, "f32", "e4m3"),
     ((96,), -1, "bf16", "e5m2"),  # rank 1: rowwise only
@@ -247,7 +249,7 @@ def _jitted_dbias(q_name, layout, flatten_axis, impl, vmapped):
 # blocks in their read (one long reduced axis, L % 32 == 0: node sums of 64, 32, 4 and 1 rows,
 # a batch, a leading axis of 1, more columns than one slab, f32's 8 lanes per block, columns
 # over two axes). Both layouts: the tile kernel writing the sums of its 32-row blocks when
-# K = 32 * 2^j (256, 128, 1024 and 1 nodes, strips of 1024 columns, a batch), else the tree
+# K = 32 * 2^j (256, 128, 1024 and 1 nodes, strips of 512 columns, a batch), else the tree
 # sums after the MXFP8 kernel. (batch, sequence, hidden) with a power-of-two batch: merged
 # into one axis of rows (8192: 256 nodes); with a batch of 3, not. The fallbacks: L % 32 != 0 (the MXFP8 kernel, then the sums;
 # both layouts: 2 block nodes summed by the tree kernel), a nested tree (the FP8 op's

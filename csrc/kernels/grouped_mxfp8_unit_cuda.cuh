@@ -201,13 +201,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         __syncwarp();
       };
 
+      // The rowwise block keys and this thread's part of the column maxima.
+      uint32_t row_keys[kRowsPerThread];
       *reinterpret_cast<uint4*>(&part[warp][lane * 4]) =
-          mxfp8::ColumnKeyWords<In, kRowsPerThread>(w);
+          mxfp8::TileKeys<In, kRowsPerThread>(w, row_keys);
 
       if constexpr (kRow) {
 #pragma unroll
         for (int u = 0; u < kRowsPerThread; ++u) {
-          uint32_t key = mxfp8::VectorKey<In>(w[u]);
+          uint32_t key = row_keys[u];
 #pragma unroll
           for (int d = 1; d < kLanesPerBlock; d *= 2) {
             key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, d));

@@ -43,13 +43,14 @@
 //     aligned).
 //     Where a tile lies (two divisions of its index) is found once, for its
 //     prefetch, and kept; inside a strip it is the last tile moved right.
-//     Strips (W % 1024 == 0, 16-byte aligned scale buffers): a CTA takes the
-//     1024 / (32 * kVec) consecutive tiles of 1024 columns of one row block,
-//     in order, and stages their scale bytes in shared memory: 32 bytes per
-//     row (rowwise) and 1024 contiguous bytes (colwise), stored after the
-//     strip's last tile as 16-byte streaming stores, i.e. whole 32-byte
-//     sectors (a tile alone owns 8 bytes of a row's sector). Otherwise each
-//     scale byte is stored as it is found.
+//     Strips (W % 512 == 0, 16-byte aligned scale buffers): a CTA takes the
+//     512 / (32 * kVec) consecutive tiles of 512 columns of one row block,
+//     in order, and stages their scale bytes in shared memory: 16 bytes per
+//     row (rowwise) and 512 contiguous bytes (colwise), stored after the
+//     strip's last tile as 16-byte streaming stores (a tile alone owns 8
+//     bytes of a row's scale bytes). Otherwise each scale byte is stored as
+//     it is found. Strips of 512 columns measured 70.8 us at 8192^2 (b2b),
+//     1024: 71.5, 2048: 75.0: shorter CTAs leave a shorter tail.
 //     kSums (the op's dbias with both layouts, K % 32 == 0): each column's
 //     sum over the tile's 32 rows as the perfect pairwise tree, read from the
 //     shared-memory tile after one more barrier (the rowwise bytes are then
@@ -83,9 +84,7 @@ using mxfp8::Bf16In;
 using mxfp8::F16In;
 using mxfp8::F32In;
 using mxfp8::KeyMax;
-using mxfp8::KeyWordMax;
 using mxfp8::QuantizeVector;
-using mxfp8::VectorKey;
 using mxfp8_row::kRowStreamThreads;
 using mxfp8_row::kRowStreamUnroll;
 using mxfp8_row::RowStreamKernel;
@@ -99,7 +98,7 @@ constexpr int kBlock = static_cast<int>(kMxfp8BlockSize);  // 32
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerThread = kBlock / kWarps;  // 4
-constexpr int kStripCols = 1024;  // columns of a TileKernel strip
+constexpr int kStripCols = 512;  // columns of a TileKernel strip
 static_assert(kRowsPerThread * kWarps == kBlock, "a tile is one block high");
 
 // ---------------------------------------------------------------------------
@@ -117,7 +116,7 @@ struct TileParams {
   uint32_t w_tiles;    // ceil(W / tile columns)
   int64_t tiles;       // A * k_tiles * w_tiles < 2^31
   bool wide;           // outputs 16-byte aligned and W % 16 == 0
-  bool strips;         // W % 1024 == 0, 16-byte aligned scale buffers
+  bool strips;         // W % 512 == 0, 16-byte aligned scale buffers
   float* sums;         // kSums: A * k_tiles x W column sums, one row per tile row
 };
 
@@ -174,9 +173,11 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
   constexpr int kOutWords = kVec / 4;
   static_assert(kCol, "rowwise only runs RowStreamKernel");
   static_assert(kStageBytes <= kRowsPerThread * 32 * 16, "stage fits");
-  // A strip: the kStripTiles tiles of 1024 columns of one row block (32
-  // scale bytes per row, 1024 contiguous colwise scale bytes).
-  constexpr int kStripTiles = kStripCols / kTileCols;  // 4 or 8
+  // A strip: the kStripTiles tiles of 512 columns of one row block (16
+  // scale bytes per row, 512 contiguous colwise scale bytes).
+  constexpr int kStripTiles = kStripCols / kTileCols;  // 2 or 4
+  constexpr int kStripRowBytes = kStripCols / kBlock;  // 16
+  static_assert(kStripRowBytes == 16, "one 16-byte store per row");
   constexpr int kTileBlocks = kTileCols / kBlock;      // 8 or 4
   // Two tiles of input: [buffer][warp][row u][lane][16 bytes].
   __shared__ __align__(16) uint32_t buf[2][kWarps][kRowsPerThread][32][4];
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
   __shared__ __align__(16) float factors[kCol ? kTileCols : 4];
   // p.strips: the strip's scale bytes, stored whole after its last tile.
   // A CTA then has one strip (strips < 2^29, the grid is one per strip).
-  __shared__ __align__(16) uint8_t staged_row[kRow ? kBlock : 1][32];
+  __shared__ __align__(16) uint8_t staged_row[kRow ? kBlock : 1][kStripRowBytes];
   __shared__ __align__(16) uint8_t staged_col[kStripCols];
 
   const int warp = threadIdx.x / 32;
@@ -277,11 +278,11 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
       __syncwarp();
     };
 
-    if constexpr (kCol) {
-      // This thread's part of the column maxima (NaNs dropped).
-      *reinterpret_cast<uint4*>(&part[warp][lane * 4]) =
-          mxfp8::ColumnKeyWords<In, kRowsPerThread>(w);
-    }
+    // This thread's rowwise block keys and part of the column maxima (NaNs
+    // dropped).
+    uint32_t row_keys[kRowsPerThread];
+    *reinterpret_cast<uint4*>(&part[warp][lane * 4]) =
+        mxfp8::TileKeys<In, kRowsPerThread>(w, row_keys);
     if constexpr (kSums) {
       __syncthreads();  // every warp's part of the tile is in buf[cur]
       const int column = threadIdx.x;  // of the tile
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     auto rowwise = [&] {
 #pragma unroll
       for (int u = 0; u < kRowsPerThread; ++u) {
-        uint32_t key = VectorKey<In>(w[u]);
+        uint32_t key = row_keys[u];
 #pragma unroll
         for (int s = 1; s < kLanesPerBlock; s *= 2) {
           key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
@@ -362,24 +363,21 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
       }
       __syncthreads();  // the factors (and every staged scale byte) are in
       if (p.strips && in_strip == kStripTiles - 1) {
-        // The strip's scales as 16-byte streaming stores: rowwise row i / 2,
-        // half i % 2 on threads i < 64; colwise piece i - 64 on 64..127.
+        // The strip's scales as 16-byte streaming stores: rowwise row i on
+        // threads i < 32, colwise piece i - 32 on 32..63.
         const int64_t strip_col0 = t.col0 - (kStripTiles - 1) * kTileCols;
         const int i = threadIdx.x;
-        if (kRow && i < 2 * kBlock) {
-          const int r = i / 2;
-          if (r < t.rows) {
+        if (kRow && i < kBlock) {
+          if (i < t.rows) {
             StoreStreaming16(
-                p.row_scale + (t.row0 + r) * (p.width / kBlock) +
-                    strip_col0 / kBlock + 16 * (i % 2),
-                *reinterpret_cast<const uint4*>(
-                    &staged_row[kRow ? r : 0][16 * (i % 2)]));
+                p.row_scale + (t.row0 + i) * (p.width / kBlock) +
+                    strip_col0 / kBlock,
+                *reinterpret_cast<const uint4*>(&staged_row[kRow ? i : 0][0]));
           }
-        } else if (i >= 64 && i < 64 + kStripCols / 16) {
+        } else if (i >= kBlock && i < kBlock + kStripCols / 16) {
           StoreStreaming16(
-              p.col_scale + t.scale_row * p.width + strip_col0 + 16 * (i - 64),
-              *reinterpret_cast<const uint4*>(
-                  &staged_col[16 * (i - 64)]));
+              p.col_scale + t.scale_row * p.width + strip_col0 + 16 * (i - kBlock),
+              *reinterpret_cast<const uint4*>(&staged_col[16 * (i - kBlock)]));
         }
       }
       float f[kVec];

@@ -228,15 +228,45 @@ __device__ __forceinline__ void ReadSlotVectors(
   }
 }
 
-// The thread's per-key maxima over its kRows vectors, word j of the vector
-// in component j: its part of the column maxima, for the CTA's reduction
-// through shared memory.
+// The thread's keys of a tile (its kRows vectors): row_keys[u], the
+// NaN-ignoring max key of vector u (VectorKey), and the per-key maxima over
+// the kRows vectors, word j of the vector in component j (its part of the
+// column maxima, for the CTA's reduction through shared memory). One NaN test
+// for all of them: only a thread that holds a NaN folds again with the NaN
+// keys dropped (dropping is the identity on the other keys, so the results
+// are those of VectorKey and KeyWordMax).
 template <typename In, int kRows>
-__device__ __forceinline__ uint4 ColumnKeyWords(const uint32_t (&w)[kRows][4]) {
-  uint32_t ck[4];
+__device__ __forceinline__ uint4 TileKeys(const uint32_t (&w)[kRows][4],
+                                          uint32_t (&row_keys)[kRows]) {
+  uint32_t row_words[kRows];
+  uint32_t col_words[4];
+  auto fold = [&](auto key_of) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) ck[j] = KeyWordMax<In, kRows>(&w[0][j], 4);
-  return make_uint4(ck[0], ck[1], ck[2], ck[3]);
+    for (int j = 0; j < 4; ++j) col_words[j] = 0;
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      row_words[u] = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t k = key_of(w[u][j]);
+        row_words[u] = KeyMax<In>(row_words[u], k);
+        col_words[j] = KeyMax<In>(col_words[j], k);
+      }
+    }
+  };
+  fold([](uint32_t word) { return word & In::kMagnitude; });
+  const uint32_t all = KeyMax<In>(KeyMax<In>(col_words[0], col_words[1]),
+                                  KeyMax<In>(col_words[2], col_words[3]));
+  if (KeyHasNan<In>(all)) {  // rare: again with the NaNs dropped
+    fold([](uint32_t word) { return KeyDropNan<In>(word & In::kMagnitude); });
+  }
+#pragma unroll
+  for (int u = 0; u < kRows; ++u) {
+    row_keys[u] = In::kKeysPerWord == 2
+                      ? max(row_words[u] & 0xFFFFu, row_words[u] >> 16)
+                      : row_words[u];
+  }
+  return make_uint4(col_words[0], col_words[1], col_words[2], col_words[3]);
 }
 
 // The kVec column factors of a lane's columns (shared memory, 16-byte
