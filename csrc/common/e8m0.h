@@ -44,22 +44,23 @@ EQXQ_HOST_DEVICE inline uint8_t E8m0RoundUp(float v) {
   return static_cast<uint8_t>(result);
 }
 
-// E8m0RoundUp(v) for a v that is not NaN, in half the operations (the CUDA
-// kernels, whose block amaxes drop NaN): v <= 2^-127 (magnitude bits <=
-// 0x00400000) gives 0; otherwise adding 0x007FFFFF to the bits carries into
-// the exponent exactly when the mantissa is nonzero, and the sum's exponent
-// field saturates at 0xFE (a carry out of 0xFE, and +inf). Equal to
-// E8m0RoundUp on all 2^32 - 2^24 + 2 non-NaN inputs (kernels/e8m0_test.cc).
-EQXQ_HOST_DEVICE inline uint8_t E8m0RoundUpNotNan(float v) {
-  const uint32_t magnitude = FloatToBits(v) & 0x7FFFFFFFu;
-  const uint32_t up = (magnitude + 0x007FFFFFu) >> 23;
+// E8m0RoundUp(v) for a v that is neither NaN nor negative (sign bit clear:
+// the CUDA kernels' block amaxes, built from magnitude bits with NaN
+// dropped), in a third of the operations, as a 32-bit value: v <= 2^-127
+// (bits <= 0x00400000) gives 0; otherwise adding 0x007FFFFF to the bits
+// carries into the exponent exactly when the mantissa is nonzero, and the
+// sum's exponent field saturates at 0xFE (a carry out of 0xFE, and +inf).
+// Equal to E8m0RoundUp on all 2^31 - 2^23 + 1 such inputs
+// (kernels/e8m0_test.cc).
+EQXQ_HOST_DEVICE inline uint32_t E8m0RoundUpNonNegative(float v) {
+  const uint32_t bits = FloatToBits(v);
+  const uint32_t up = (bits + 0x007FFFFFu) >> 23;
   const uint32_t result = up < 0xFEu ? up : 0xFEu;
-  return static_cast<uint8_t>(magnitude <= 0x00400000u ? 0u : result);
+  return bits <= 0x00400000u ? 0u : result;
 }
-
-// E8m0ReciprocalScale(e) for e != 0xFF (== on all 255 such bytes).
-EQXQ_HOST_DEVICE inline float E8m0ReciprocalScaleNotNan(uint8_t e) {
-  const uint32_t bits = (254u - static_cast<uint32_t>(e)) << 23;
+// E8m0ReciprocalScale(e) for e <= 0xFE (== on all 255 such bytes).
+EQXQ_HOST_DEVICE inline float E8m0ReciprocalScaleNotNan(uint32_t e) {
+  const uint32_t bits = (254u - e) << 23;
   return BitsToFloat(e == 0xFEu ? 0x00400000u : bits);
 }
 

@@ -53,7 +53,7 @@ struct MxRowLeaf {
     for (int s = 1; s < kLanesPerBlock; s *= 2) {
       key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
     }
-    const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
+    const uint32_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
     if (live) {
       const float factor = mxfp8::BlockFactor(e);
       uint32_t q[In::kVec / 4];

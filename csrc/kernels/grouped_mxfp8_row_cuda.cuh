@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 8)
       for (int d = 1; d < kLanesPerBlock; d *= 2) {
         key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, d));
       }
-      const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
+      const uint32_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
       // N % kVec == 0: a block's first vector is in range iff the block is.
       const bool ok = row_ok && col0 + u * 32 * kVec < N;
       if (ok) {

@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           for (int d = 1; d < kLanesPerBlock; d *= 2) {
             key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, d));
           }
-          const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
+          const uint32_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
           const float factor = mxfp8::BlockFactor(e);
           uint32_t q[kOutWords];
           mxfp8::QuantizeVector<In, kFormat, true>(w[u], &factor, q);
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           for (int h = 0; h < In::kKeysPerWord; ++h) {
             const uint32_t key =
                 In::kKeysPerWord == 2 ? (h ? m >> 16 : m & 0xFFFFu) : m;
-            const uint8_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
+            const uint32_t e = mxfp8::BlockScale<kFormat>(In::KeyToFloat(key));
             const int column = c * In::kKeysPerWord + h;
             factors[column] = mxfp8::BlockFactor(e);
             if (col0 + column < N) {

@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int e = 0; e < 32; ++e) v[e] = tile[TileIndex(r, c0 + e)];
           float factor = tensor_factor;
-          uint8_t e8 = 0;
+          uint32_t e8 = 0;
           if constexpr (kMx) {
             uint32_t k = 0;
 #pragma unroll
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kThreads)
             uint32_t k = 0;
 #pragma unroll
             for (int i = 0; i < 32; ++i) k = max(k, F32Key(v[i]));
-            const uint8_t e8 = BlockScale<kFormat>(__uint_as_float(k));
+            const uint32_t e8 = BlockScale<kFormat>(__uint_as_float(k));
             factor = mxfp8::BlockFactor(e8);
             const int64_t q_cols =
                 grouped::PadTo(

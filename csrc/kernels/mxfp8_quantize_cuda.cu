@@ -5,7 +5,7 @@
 //   amax  = NaN-ignoring max |x|, found as the max of the magnitude bit
 //           patterns with NaN -> 0 (integer compares: no flush-to-zero issue)
 //   E     = Mxfp8BlockScale(amax) = e8m0_round_up(fl(amax * fl(1/fp8_max)))
-//           (the round-up by E8m0RoundUpNotNan: amax is never NaN here)
+//           (the round-up by E8m0RoundUpNonNegative: amax is never NaN here)
 //   bytes = cvt.rn.satfinite(fl(x * 2^(127-E)))    NaN -> 0x7F
 // The helpers of common/e8m0.h are shared with the CPU kernel. This file is
 // compiled with --fmad=false --ftz=false, and the per-element product is an
@@ -51,6 +51,8 @@
 //     bytes of a row's scale bytes). Otherwise each scale byte is stored as
 //     it is found. Strips of 512 columns measured 70.8 us at 8192^2 (b2b),
 //     1024: 71.5, 2048: 75.0: shorter CTAs leave a shorter tail.
+//     kWhole (strips, the 16-byte staged stores and K % 32 == 0): every tile
+//     is whole, so that instantiation tests no bounds.
 //     kSums (the op's dbias with both layouts, K % 32 == 0): each column's
 //     sum over the tile's 32 rows as the perfect pairwise tree, read from the
 //     shared-memory tile after one more barrier (the rowwise bytes are then
@@ -161,8 +163,8 @@ __device__ __forceinline__ float ElementOfWord(uint32_t word, int sub) {
 // thread parks its 4 raw vectors in shared memory next to the column maxima;
 // after the barrier that publishes those, thread c adds column c: for each
 // u the tree over the 8 warps (rows 8u..8u+7), then the tree over the 4 u.
-template <typename In, Fp8Format kFormat, bool kRow, bool kCol,
-          bool kSums = false>
+template <typename In, Fp8Format kFormat, bool kRow, bool kCol, bool kSums,
+          bool kWhole>
 __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     TileKernel(const __grid_constant__ TileParams p) {
   using Storage = typename In::Storage;
@@ -197,8 +199,10 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     return (t.row0 + warp + kWarps * u) * p.width + col;
   };
   auto valid_at = [&](const Tile& t, int u, int64_t col) {
-    return warp + kWarps * u < t.rows && col < p.width;
+    return kWhole || (warp + kWarps * u < t.rows && col < p.width);
   };
+  const bool wide = kWhole || p.wide;
+  const bool strips = kWhole || p.strips;
   auto fetch = [&](const Tile& t, int b) {
     const int64_t col = t.col0 + lane * kVec;
     const Storage* src = x + elem_at(t, 0, col);  // rows kWarps apart
@@ -210,9 +214,9 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     }
   };
 
-  // A CTA takes whole strips (p.strips) or single tiles, grid-stride, in
+  // A CTA takes whole strips (strips) or single tiles, grid-stride, in
   // 32-bit arithmetic: tiles < 2^31 and grid x step <= max(tiles, 2^30).
-  const uint32_t step = p.strips ? kStripTiles : 1;
+  const uint32_t step = strips ? kStripTiles : 1;
   const uint32_t tiles = static_cast<uint32_t>(p.tiles);
   auto next_of = [&](uint32_t index) {
     return (index + 1) % step != 0 ? index + 1
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     const Tile t = upcoming;
     const uint32_t next = next_of(index);
     if (next < tiles) {
-      if (p.strips && (index + 1) % step != 0) {  // the same strip
+      if (strips && (index + 1) % step != 0) {  // the same strip
         upcoming.col0 += kTileCols;
       } else {
         upcoming = TileAt(p, next, kTileCols);
@@ -252,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
 
     // One row of FP8 bytes: staged, or stored straight (kVec bytes).
     auto emit = [&](int u, const uint32_t (&q)[kOutWords], uint8_t* out) {
-      if (p.wide) {
+      if (wide) {
         uint8_t* slot = stage + u * kTileCols + lane * kVec;
         StageCastWords(slot, q);
       } else if (valid_at(t, u, my_col)) {
@@ -263,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
     // The staged rows -> 16-byte stores (a warp instruction writes whole
     // 512-byte rows, or 4 rows of 128 bytes for f32).
     auto flush = [&](uint8_t* out) {
-      if (!p.wide) return;
+      if (!wide) return;
       __syncwarp();
 #pragma unroll
       for (int chunk = 0; chunk < kStageBytes / 512; ++chunk) {
@@ -320,12 +324,12 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
         for (int s = 1; s < kLanesPerBlock; s *= 2) {
           key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
         }
-        const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
+        const uint32_t e = BlockScale<kFormat>(In::KeyToFloat(key));
         const float factor = mxfp8::BlockFactor(e);
         uint32_t q[kOutWords];
         QuantizeVector<In, kFormat, true>(w[u], &factor, q);
         if (lane % kLanesPerBlock == 0 && valid_at(t, u, my_col)) {
-          if (p.strips) {
+          if (strips) {
             staged_row[warp + kWarps * u]
                       [in_strip * kTileBlocks + lane / kLanesPerBlock] = e;
           } else {
@@ -351,10 +355,10 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
         for (int h = 0; h < In::kKeysPerWord; ++h) {
           const uint32_t key =
               In::kKeysPerWord == 2 ? (h ? m >> 16 : m & 0xFFFFu) : m;
-          const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
+          const uint32_t e = BlockScale<kFormat>(In::KeyToFloat(key));
           const int column = c * In::kKeysPerWord + h;
           factors[column] = mxfp8::BlockFactor(e);
-          if (p.strips) {
+          if (strips) {
             staged_col[in_strip * kTileCols + column] = e;
           } else if (t.col0 + column < p.width) {
             scales[column] = e;
@@ -362,13 +366,13 @@ __global__ void __launch_bounds__(kThreads, (kTileMinBlocks<kRow, kCol>))
         }
       }
       __syncthreads();  // the factors (and every staged scale byte) are in
-      if (p.strips && in_strip == kStripTiles - 1) {
+      if (strips && in_strip == kStripTiles - 1) {
         // The strip's scales as 16-byte streaming stores: rowwise row i on
         // threads i < 32, colwise piece i - 32 on 32..63.
         const int64_t strip_col0 = t.col0 - (kStripTiles - 1) * kTileCols;
         const int i = threadIdx.x;
         if (kRow && i < kBlock) {
-          if (i < t.rows) {
+          if (kWhole || i < t.rows) {
             StoreStreaming16(
                 p.row_scale + (t.row0 + i) * (p.width / kBlock) +
                     strip_col0 / kBlock,
@@ -423,29 +427,42 @@ unsigned GridFor(int64_t work_items) {
       std::max<int64_t>(1, std::min(work_items, kMaxGrid)));
 }
 
+template <typename In, Fp8Format kFormat, bool kRow, bool kCol, bool kSums,
+          bool kWhole>
+Mxfp8LaunchStatus LaunchTileKernel(const TileParams& p, cudaStream_t stream) {
+  // One CTA per strip (else per tile): the grid-stride loop then runs once
+  // and prefetches only inside the strip; one short CTA per piece of work
+  // measured faster than a persistent wave, like the other streaming kernels
+  // (.ci/probes/stream_cast.cu). The kernel reads through shared memory
+  // only: prefer shared memory to L1.
+  static const bool carveout_set = [] {
+    const bool ok =
+        cudaFuncSetAttribute(TileKernel<In, kFormat, kRow, kCol, kSums, kWhole>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+    if (!ok) cudaGetLastError();  // a preference only
+    return ok;
+  }();
+  (void)carveout_set;
+  const int64_t strip_tiles = kStripCols / (32 * In::kVec);
+  TileKernel<In, kFormat, kRow, kCol, kSums, kWhole>
+      <<<GridFor(p.strips ? p.tiles / strip_tiles : p.tiles), kThreads, 0,
+         stream>>>(p);
+  return Check("launching TileKernel");
+}
+
+// kWhole (strips, 16-byte rows and K % 32 == 0: every tile whole, no bounds
+// to test) or the general kernel.
 template <typename In, Fp8Format kFormat, bool kRow, bool kCol,
           bool kSums = false>
 Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
   if (p.tiles > int64_t{0x7FFFFFFF}) {
     return Mxfp8LaunchStatus{false, 0, "the tensor is too large (2^31 tiles)"};
   }
-  // One CTA per tile (the grid-stride loop then runs once and nothing is
-  // prefetched): 1.5-2 us faster at 8192^2 than one persistent wave, like
-  // the other streaming kernels (.ci/probes/stream_cast.cu). The kernel
-  // reads through shared memory only: prefer shared memory to L1.
-  static const bool carveout_set = [] {
-    const bool ok = cudaFuncSetAttribute(TileKernel<In, kFormat, kRow, kCol, kSums>,
-                                         cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared) == cudaSuccess;
-    if (!ok) cudaGetLastError();  // a preference only
-    return ok;
-  }();
-  (void)carveout_set;
-  const int64_t strip_tiles = kStripCols / (32 * In::kVec);
-  TileKernel<In, kFormat, kRow, kCol, kSums>
-      <<<GridFor(p.strips ? p.tiles / strip_tiles : p.tiles), kThreads, 0,
-         stream>>>(p);
-  return Check("launching TileKernel");
+  if (p.strips && p.wide && p.rows % kBlock == 0) {
+    return LaunchTileKernel<In, kFormat, kRow, kCol, kSums, true>(p, stream);
+  }
+  return LaunchTileKernel<In, kFormat, kRow, kCol, kSums, false>(p, stream);
 }
 
 template <typename In, Fp8Format kFormat>

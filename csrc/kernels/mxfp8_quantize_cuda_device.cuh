@@ -148,20 +148,21 @@ __device__ __forceinline__ uint32_t F32Key(float value) {
   return m > 0x7F800000u ? 0u : m;
 }
 
-// The E8M0 byte of a block whose amax is not NaN (every caller's keys drop
-// NaN): Mxfp8BlockScale (common/e8m0.h, the CPU kernel's) with the short
-// round-up form E8m0RoundUpNotNan, equal on every such amax.
+// The E8M0 byte (in a 32-bit value) of a block whose amax is not NaN and
+// not negative (every caller's amax is built from magnitude keys with NaN
+// dropped): Mxfp8BlockScale (common/e8m0.h, the CPU kernel's) with the short
+// round-up form E8m0RoundUpNonNegative, equal on every such amax.
 template <Fp8Format kFormat>
-__device__ __forceinline__ uint8_t BlockScale(float amax) {
+__device__ __forceinline__ uint32_t BlockScale(float amax) {
   if constexpr (kFormat == Fp8Format::kE4M3Fn) {
-    return E8m0RoundUpNotNan(amax * Fp8MaxReciprocal<E4M3Fn>::kValue);
+    return E8m0RoundUpNonNegative(amax * Fp8MaxReciprocal<E4M3Fn>::kValue);
   } else {
-    return E8m0RoundUpNotNan(amax * Fp8MaxReciprocal<E5M2>::kValue);
+    return E8m0RoundUpNonNegative(amax * Fp8MaxReciprocal<E5M2>::kValue);
   }
 }
 
 // 2^(127-E) of a BlockScale byte (never the NaN byte 0xFF).
-__device__ __forceinline__ float BlockFactor(uint8_t e) {
+__device__ __forceinline__ float BlockFactor(uint32_t e) {
   return E8m0ReciprocalScaleNotNan(e);
 }
 
@@ -198,7 +199,7 @@ __device__ __forceinline__ uint8_t QuantizeBlockScalar(
     v[i] = i < count ? In::Scalar(x + i * stride) : 0.0f;
     key = max(key, F32Key(v[i]));
   }
-  const uint8_t e = BlockScale<kFormat>(__uint_as_float(key));
+  const uint32_t e = BlockScale<kFormat>(__uint_as_float(key));
   const float factor = BlockFactor(e);
 #pragma unroll
   for (int i = 0; i < 32; ++i) {

@@ -87,7 +87,7 @@ __device__ __forceinline__ void RowStreamChunk(const RowStreamParams& p,
     for (int s = 1; s < kLanesPerBlock; s *= 2) {
       key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
     }
-    const uint8_t e = BlockScale<kFormat>(In::KeyToFloat(key));
+    const uint32_t e = BlockScale<kFormat>(In::KeyToFloat(key));
     if (in_range(u)) {
       const float factor = mxfp8::BlockFactor(e);
       uint32_t q[kVec / 4];
