@@ -244,6 +244,18 @@ def test_vmap_transpose_tiles_span_examples():
     _check(x, "e5m2", kind="delayed", scales=(2.5,), vmapped=True, combos=combos)
 
 
+def test_vmap_transpose_whole_tiles():
+    """CastTransposeKernel on whole 128 x 128 tiles, one block each on a (column tiles, row
+    tiles, examples) grid: three examples of 256 x 384, each with its own amax and scale
+    (current scaling of a batch: the scale from the amax kernel's result, scale_inv written by
+    each example's first tile)."""
+    x = _random((3, 256, 384), jnp.bfloat16, seed=6)
+    x *= np.array([1, 300, 1e-3], np.float32)[:, None, None].astype(x.dtype)
+    combos = ((eqq.QuantizeLayout.ROWWISE_COLWISE, False), (eqq.QuantizeLayout.COLWISE, False))
+    _check(x, "e4m3", vmapped=True, combos=combos)
+    _check(x, "e5m2", kind="delayed", scales=(2.5,), vmapped=True, combos=combos)
+
+
 ROWWISE_ONLY = ((eqq.QuantizeLayout.ROWWISE, False),)
 # With the transposed copy: one cooperative launch too where rows % 16 == 0 (else the amax
 # kernel, then the walk).
