@@ -13,7 +13,12 @@
 // transposed read is free of bank conflicts. After a barrier each thread
 // takes units of 4 columns x 16 rows: 16 word loads, a 4x4 byte transpose per
 // 4 rows and 4 16-byte stores; the 8 lanes sharing a column group write one
-// whole 128-byte line of each of its 4 output rows.
+// whole 128-byte line of each of its 4 output rows. The amax of an example is
+// published (one atomicMax per block) when the block's next tile belongs to
+// another example or it has no tile left. With current scaling
+// (scale_from_amax) the amax kernel has run first: every tile derives the
+// scale from the finished amax, the first tile of each example writes
+// scale_inv, nothing is published.
 //
 // CastTransposeTileKernel: the same tile for whole tiles only (rows and
 // columns multiples of 128, not fused), one per block of a (column tiles,
@@ -21,11 +26,7 @@
 // (792 instructions against 1272; delayed rowwise + transposed 73.5 -> 71.9
 // us at 8192^2). A kernel of its own, so that CastTransposeKernel's code
 // stays as measured (a template flag in it changed the fused kernel's
-// register allocation: +0.9 us on current rowwise + transposed). The amax of an example is published
-// (one atomicMax per block) when the block's next tile belongs to another
-// example or it has no tile left. With current scaling (scale_from_amax) the
-// amax kernel has run first: every tile derives the scale from the finished
-// amax, the first tile of each example writes scale_inv, nothing is published.
+// register allocation: +0.9 us on current rowwise + transposed).
 //
 // kFusedAmax (current scaling of one example, CurrentTransposeApplies): the
 // amax pass is the same kernel's phase 1, in one cooperative launch after
