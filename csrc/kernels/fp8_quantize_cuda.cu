@@ -31,7 +31,9 @@
 //          threads, 32 registers, one CTA per chunk of 4 vectors per thread.
 //        * CastTransposeKernel (fp8_transpose_cuda.cu) for the rowwise +
 //          transposed copies without dbias of aligned shapes (rows % 16,
-//          whole 16-byte vectors): 128 x 128 tiles staged in shared memory;
+//          whole 16-byte vectors): 128 x 128 tiles staged in shared memory
+//          (CastTransposeTileKernel when rows and columns are multiples of
+//          128: one whole tile per block, no bounds tests);
 //        * the walk (fp8_walk_cuda.cu) otherwise: transposed output and/or
 //          dbias, tiles of 64 x kVec columns walked down a range of rows.
 //   3. Current scaling (scale_from_amax: the scale is computed from the amax
