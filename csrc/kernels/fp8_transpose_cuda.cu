@@ -323,6 +323,26 @@ bool TransposeApplies(const Fp8QuantizeProblem& problem,
 
 namespace {
 
+// The kernels' parameters of a problem (tiles of kTileRows x kTileCols,
+// partial ones at the ends).
+TransposeParams TransposeParamsOf(const Fp8QuantizeProblem& problem,
+                                  const Fp8QuantizeBuffers& buffers) {
+  TransposeParams p = {};
+  p.x = buffers.x;
+  p.scale = buffers.scale;
+  p.row = problem.rowwise ? buffers.row : nullptr;
+  p.col = buffers.col;
+  p.scale_inv = buffers.scale_inv;
+  p.amax = buffers.amax;
+  p.rows = problem.rows;
+  p.cols = problem.cols;
+  p.row_tiles = (problem.rows + kTileRows - 1) / kTileRows;
+  p.col_tiles = (problem.cols + kTileCols - 1) / kTileCols;
+  p.tiles = problem.batch * p.row_tiles * p.col_tiles;
+  p.scale_from_amax = problem.scale_from_amax;
+  return p;
+}
+
 // The cast + transpose (kFusedAmax: with the amax pass in front, one
 // cooperative launch).
 template <bool kFusedAmax>
@@ -333,19 +353,7 @@ LaunchStatus LaunchTransposeKernel(const Fp8QuantizeProblem& problem,
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
     auto* kernel = &CastTransposeKernel<In, kFormat, kFusedAmax>;
-    TransposeParams p = {};
-    p.x = buffers.x;
-    p.scale = buffers.scale;
-    p.row = problem.rowwise ? buffers.row : nullptr;
-    p.col = buffers.col;
-    p.scale_inv = buffers.scale_inv;
-    p.amax = buffers.amax;
-    p.rows = problem.rows;
-    p.cols = problem.cols;
-    p.row_tiles = (problem.rows + kTileRows - 1) / kTileRows;
-    p.col_tiles = (problem.cols + kTileCols - 1) / kTileCols;
-    p.tiles = problem.batch * p.row_tiles * p.col_tiles;
-    p.scale_from_amax = problem.scale_from_amax;
+    TransposeParams p = TransposeParamsOf(problem, buffers);
     if (p.tiles <= 0) return LaunchStatus{};
     // A cooperative grid is one wave of resident blocks; otherwise one block
     // per tile (short blocks stream faster than a persistent wave:
@@ -376,19 +384,7 @@ LaunchStatus LaunchTransposeTiles(const Fp8QuantizeProblem& problem,
   return DispatchTypes(problem, [&](auto input, auto format) -> LaunchStatus {
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
-    TransposeParams p = {};
-    p.x = buffers.x;
-    p.scale = buffers.scale;
-    p.row = problem.rowwise ? buffers.row : nullptr;
-    p.col = buffers.col;
-    p.scale_inv = buffers.scale_inv;
-    p.amax = buffers.amax;
-    p.rows = problem.rows;
-    p.cols = problem.cols;
-    p.row_tiles = problem.rows / kTileRows;
-    p.col_tiles = problem.cols / kTileCols;
-    p.tiles = problem.batch * p.row_tiles * p.col_tiles;
-    p.scale_from_amax = problem.scale_from_amax;
+    const TransposeParams p = TransposeParamsOf(problem, buffers);
     if (p.tiles <= 0) return LaunchStatus{};
     const dim3 grid(static_cast<unsigned>(p.col_tiles),
                     static_cast<unsigned>(p.row_tiles),
