@@ -22,21 +22,21 @@
 //     loads issued first, FP8 bytes written with streaming stores, and so are
 //     a warp's scale bytes (staged in shared memory: one whole sector).
 //   * TileKernel<kRow, kCol> for colwise (and rowwise + colwise) outputs,
-//     one CTA per tile (measured faster than a persistent wave; the
-//     grid-stride loop and the prefetch below serve grids smaller than the
-//     tile count, beyond 2^30 tiles). A tile is 32 rows (one colwise block
-//     height: 32 consecutive k of one example slice a) x 32 * kVec columns of
-//     the (C*L)-wide rows, kVec = elements per 16 bytes (8 for bf16 / f16, 4
-//     for f32): 16 KiB of input. Warp w owns rows w, w+8, w+16, w+24, one
-//     16-byte vector per lane and row. The next tile's 4 vectors per thread
-//     are fetched with cp.async into a second shared-memory buffer (2 x 16
-//     KiB) while the current one is processed, so every CTA always has 16 KiB
-//     of loads in flight.
+//     one CTA per tile or strip (below; short CTAs measured faster than a
+//     persistent wave; the grid-stride loop serves grids beyond 2^30). A tile
+//     is 32 rows (one colwise block height: 32 consecutive k of one example
+//     slice a) x 32 * kVec columns of the (C*L)-wide rows, kVec = elements
+//     per 16 bytes (8 for bf16 / f16, 4 for f32): 16 KiB of input. Warp w
+//     owns rows w, w+8, w+16, w+24, one 16-byte vector per lane and row. The
+//     next tile's 4 vectors per thread are fetched with cp.async into a
+//     second shared-memory buffer (2 x 16 KiB) while the current one is
+//     processed. A thread's keys (its 4 rowwise block keys and its part of
+//     the column maxima) come from one fold with one NaN test (TileKeys).
 //       rowwise: a block is 32/kVec consecutive lanes; its amax is a shuffle
 //         butterfly; the block's first lane writes the scale byte.
-//       colwise: each thread folds its 4 rows; the 8 warp partials go through
-//         shared memory (4 KiB); 128 threads finish the column maxima, write
-//         the column scale bytes and publish 2^(127-E) per column.
+//       colwise: the 8 warp partials go through shared memory (4 KiB); 128
+//         threads finish the column maxima, write the column scale bytes and
+//         publish 2^(127-E) per column.
 //     The FP8 bytes of a warp's 4 rows are staged in the warp's (already
 //     consumed) part of the input buffer and written with 16-byte stores
 //     (4 or 8 byte stores from registers when the rows are not 16-byte
@@ -44,15 +44,12 @@
 //     Where a tile lies (two divisions of its index) is found once, for its
 //     prefetch, and kept; inside a strip it is the last tile moved right.
 //     Strips (W % 512 == 0, 16-byte aligned scale buffers): a CTA takes the
-//     512 / (32 * kVec) consecutive tiles of 512 columns of one row block,
-//     in order, and stages their scale bytes in shared memory: 16 bytes per
-//     row (rowwise) and 512 contiguous bytes (colwise), stored after the
-//     strip's last tile as 16-byte streaming stores (a tile alone owns 8
-//     bytes of a row's scale bytes). Otherwise each scale byte is stored as
-//     it is found. Strips of 512 columns measured 70.8 us at 8192^2 (b2b),
-//     1024: 71.5, 2048: 75.0: shorter CTAs leave a shorter tail.
-//     kWhole (strips, the 16-byte staged stores and K % 32 == 0): every tile
-//     is whole, so that instantiation tests no bounds.
+//     2 (f32: 4) tiles of 512 columns of one row block and stages their
+//     scale bytes (16 per row, 512 contiguous colwise), stored after the last
+//     tile as 16-byte streaming stores; otherwise each scale byte is stored
+//     as found. Strips of 512 / 1024 / 2048 columns measured 70.8 / 71.5 /
+//     75.0 us at 8192^2 (b2b): shorter CTAs, shorter tail. kWhole (strips,
+//     staged stores, K % 32 == 0): every tile whole, no bounds tests.
 //     kSums (the op's dbias with both layouts, K % 32 == 0): each column's
 //     sum over the tile's 32 rows as the perfect pairwise tree, read from the
 //     shared-memory tile after one more barrier (the rowwise bytes are then
@@ -420,7 +417,6 @@ Mxfp8LaunchStatus Check(const char* what) {
   return status;
 }
 
-
 unsigned GridFor(int64_t work_items) {
   const int64_t kMaxGrid = int64_t{1} << 30;  // grid-stride beyond
   return static_cast<unsigned>(
@@ -430,11 +426,9 @@ unsigned GridFor(int64_t work_items) {
 template <typename In, Fp8Format kFormat, bool kRow, bool kCol, bool kSums,
           bool kWhole>
 Mxfp8LaunchStatus LaunchTileKernel(const TileParams& p, cudaStream_t stream) {
-  // One CTA per strip (else per tile): the grid-stride loop then runs once
-  // and prefetches only inside the strip; one short CTA per piece of work
-  // measured faster than a persistent wave, like the other streaming kernels
-  // (.ci/probes/stream_cast.cu). The kernel reads through shared memory
-  // only: prefer shared memory to L1.
+  // One CTA per strip (else per tile), prefetching inside the strip: short
+  // CTAs measured faster than a persistent wave (.ci/probes/stream_cast.cu).
+  // The kernel reads through shared memory only: prefer it to L1.
   static const bool carveout_set = [] {
     const bool ok =
         cudaFuncSetAttribute(TileKernel<In, kFormat, kRow, kCol, kSums, kWhole>,
