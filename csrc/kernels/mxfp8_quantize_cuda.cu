@@ -100,9 +100,7 @@ constexpr int kRowsPerThread = kBlock / kWarps;  // 4
 constexpr int kStripCols = 512;  // columns of a TileKernel strip
 static_assert(kRowsPerThread * kWarps == kBlock, "a tile is one block high");
 
-// ---------------------------------------------------------------------------
-// The tile kernel.
-
+// The tile kernel's parameters.
 struct TileParams {
   const void* x;
   uint8_t* row;        // if kRow
