@@ -7,7 +7,7 @@ more sources or other flags), then run. A new `*_test.cc` is picked up by the gl
 a `BUILDS` entry only if the common flags cannot build it.
 
 Measured on a 2-core machine (compile + run): the walk test 2 + 1 s, the grouped dbias tree
-test 2 + 9 s, the NVFP4 math test 2 + 10 s, the E8M0 test (all 2^32 f32 patterns) 1 + 8 s, the grouped CPU test 16 + 4 s (at -O0, see
+test 2 + 9 s, the NVFP4 math test 2 + 10 s, the E8M0 test (all 2^31 non-negative f32 patterns) 1 + 9 s, the grouped CPU test 16 + 4 s (at -O0, see
 `BUILDS`). The exhaustive reciprocal test takes over 3 minutes and is skipped (`TOO_SLOW`).
 """
 
