@@ -139,8 +139,7 @@ __device__ __forceinline__ Tile TileAt(const TileParams& p, int64_t t,
   return out;
 }
 
-// Resident CTAs per SM the kernels are built for: registers <= 64 or 48,
-// each CTA with 16 KiB of loads in flight (38 KiB of shared memory).
+// Resident CTAs per SM (registers <= 64 or 48; 38 KiB of shared memory each).
 template <bool kRow, bool kCol>
 constexpr int kTileMinBlocks = kRow ? 4 : 5;
 
@@ -443,8 +442,7 @@ Mxfp8LaunchStatus LaunchTileKernel(const TileParams& p, cudaStream_t stream) {
   return Check("launching TileKernel");
 }
 
-// kWhole (strips, 16-byte rows and K % 32 == 0: every tile whole, no bounds
-// to test) or the general kernel.
+// kWhole (strips, 16-byte rows, K % 32 == 0: no bounds) or the general kernel.
 template <typename In, Fp8Format kFormat, bool kRow, bool kCol,
           bool kSums = false>
 Mxfp8LaunchStatus LaunchTile(const TileParams& p, cudaStream_t stream) {
