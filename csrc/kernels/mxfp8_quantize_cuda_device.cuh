@@ -134,12 +134,17 @@ __device__ __forceinline__ uint32_t KeyWordMax(const uint32_t* w, int stride) {
   return m;
 }
 
+// The larger key of a word of per-key maxima (16-bit keys: of its halves).
+template <typename In>
+__device__ __forceinline__ uint32_t WordKey(uint32_t m) {
+  if constexpr (In::kKeysPerWord == 2) return max(m & 0xFFFFu, m >> 16);
+  return m;
+}
+
 // The NaN-ignoring max key of the kVec elements of one 16-byte vector.
 template <typename In>
 __device__ __forceinline__ uint32_t VectorKey(const uint32_t (&w)[4]) {
-  uint32_t m = KeyWordMax<In, 4>(w, 1);
-  if constexpr (In::kKeysPerWord == 2) m = max(m & 0xFFFFu, m >> 16);
-  return m;
+  return WordKey<In>(KeyWordMax<In, 4>(w, 1));
 }
 
 // Magnitude bits of an f32 with NaN -> 0 (the CPU kernel's AmaxKey).
@@ -262,11 +267,7 @@ __device__ __forceinline__ uint4 TileKeys(const uint32_t (&w)[kRows][4],
     fold([](uint32_t word) { return KeyDropNan<In>(word & In::kMagnitude); });
   }
 #pragma unroll
-  for (int u = 0; u < kRows; ++u) {
-    row_keys[u] = In::kKeysPerWord == 2
-                      ? max(row_words[u] & 0xFFFFu, row_words[u] >> 16)
-                      : row_words[u];
-  }
+  for (int u = 0; u < kRows; ++u) row_keys[u] = WordKey<In>(row_words[u]);
   return make_uint4(col_words[0], col_words[1], col_words[2], col_words[3]);
 }
 
