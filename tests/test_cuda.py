@@ -244,12 +244,13 @@ def test_vmap_transpose_tiles_span_examples():
     _check(x, "e5m2", kind="delayed", scales=(2.5,), vmapped=True, combos=combos)
 
 
-def test_vmap_transpose_whole_tiles():
-    """CastTransposeKernel on whole 128 x 128 tiles, one block each on a (column tiles, row
-    tiles, examples) grid: three examples of 256 x 384, each with its own amax and scale
-    (current scaling of a batch: the scale from the amax kernel's result, scale_inv written by
-    each example's first tile)."""
-    x = _random((3, 256, 384), jnp.bfloat16, seed=6)
+@pytest.mark.parametrize("shape", [(3, 256, 384), (3, 384, 512)])
+def test_vmap_transpose_whole_tiles(shape):
+    """CastTransposeTileKernel on whole tiles (128 x 128 for 384 columns, 128 x 256 for 512),
+    one block each on a (column tiles, row tiles, examples) grid: three examples, each with its
+    own amax and scale (current scaling of a batch: the scale from the amax kernel's result,
+    scale_inv written by each example's first tile)."""
+    x = _random(shape, jnp.bfloat16, seed=6)
     x *= np.array([1, 300, 1e-3], np.float32)[:, None, None].astype(x.dtype)
     combos = ((eqq.QuantizeLayout.ROWWISE_COLWISE, False), (eqq.QuantizeLayout.COLWISE, False))
     _check(x, "e4m3", vmapped=True, combos=combos)
@@ -271,6 +272,9 @@ TWO_PASS = ((eqq.QuantizeLayout.ROWWISE, True), (eqq.QuantizeLayout.ROWWISE_COLW
         ((513, 1024), "f16", "middle"),
         ((1, 8), "bf16", "last"),  # one block, one vector
         ((4096, 8200), "f16", "first"),  # transposed: ~2 tiles per block, a partial tile column
+        ((1024, 2048), "f16", "middle"),  # transposed: whole tiles of 128 x 256
+        ((384, 256), "f32", "last"),  # whole tiles, fewer tiles than blocks
+        ((640, 384), "bf16", "first"),  # whole tiles of 128 x 128 (384 % 256 != 0)
     ],
 )
 def test_current_scaling_in_one_launch(shape, x_name, where):

@@ -33,7 +33,8 @@
 //          transposed copies without dbias of aligned shapes (rows % 16,
 //          whole 16-byte vectors): 128 x 128 tiles staged in shared memory
 //          (CastTransposeTileKernel when rows and columns are multiples of
-//          128: one whole tile per block, no bounds tests);
+//          128: one whole tile per block, 128 x 256 where the columns allow,
+//          no bounds tests);
 //        * the walk (fp8_walk_cuda.cu) otherwise: transposed output and/or
 //          dbias, tiles of 64 x kVec columns walked down a range of rows.
 //   3. Current scaling (scale_from_amax: the scale is computed from the amax
@@ -46,7 +47,7 @@
 //          (TransposeApplies): CastTransposeKernel<kFusedAmax>, one
 //          cooperative launch after (1): its amax pass (the block's tiles
 //          last first, the first ones kept in L2), grid-wide sync, scale,
-//          cast + transpose;
+//          cast + transpose (CurrentTransposeTileKernel for whole tiles);
 //        * with dbias of a rowwise-only single example over one reduced axis
 //          whose nodes are 2^k >= 4 rows (rows % 128 == 0):
 //          DbiasCurrentCastKernel (fp8_dbias_current_cuda.cu), one

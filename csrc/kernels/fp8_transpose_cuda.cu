@@ -20,13 +20,19 @@
 // scale from the finished amax, the first tile of each example writes
 // scale_inv, nothing is published.
 //
-// CastTransposeTileKernel: the same tile for whole tiles only (rows and
-// columns multiples of 128, not fused), one per block of a (column tiles,
-// row tiles, examples) grid: no division to find the tile, no bounds tests
-// (792 instructions against 1272; delayed rowwise + transposed 73.5 -> 71.9
-// us at 8192^2). A kernel of its own, so that CastTransposeKernel's code
-// stays as measured (a template flag in it changed the fused kernel's
-// register allocation: +0.9 us on current rowwise + transposed).
+// Whole tiles (rows multiples of 128, columns of 128): kernels of their own,
+// so that CastTransposeKernel's code stays as measured (a template flag in it
+// changed the fused kernel's register allocation: +0.9 us on current rowwise
+// + transposed). One tile body (CastTransposeWholeTile) with no bounds tests;
+// tiles of 128 x 256 columns on 256 threads where the columns allow (4 CTAs
+// per SM; a warp's load is one 512-byte row), else 128 x 128 on 128 threads.
+//   * CastTransposeTileKernel: one tile per block of a (column tiles, row
+//     tiles, examples) grid, no division to find it (792 instructions
+//     against 1272; delayed rowwise + transposed 73.5 -> 71.9 us at 8192^2,
+//     71.4 with 256 columns).
+//   * CurrentTransposeTileKernel: kFusedAmax below for whole tiles, each tile
+//     found with one 32-bit division, no amax in phase 2 (current rowwise +
+//     transposed 108.6 -> 106.6 us, 105.7 with 256 columns).
 //
 // kFusedAmax (current scaling of one example, CurrentTransposeApplies): the
 // amax pass is the same kernel's phase 1, in one cooperative launch after
@@ -229,33 +235,42 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-template <typename In, Fp8Format kFormat>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    CastTransposeTileKernel(const __grid_constant__ TransposeParams p) {
+// The whole-tile kernels' shape: tiles of kTileRows x kCols (128 or 256)
+// columns on kCols threads.
+template <int kCols>
+struct WholeTileShape {
+  static constexpr int kThreads = kCols;
+  static constexpr int kWords = kCols / 4;  // 4-byte words of a staged row
+  static constexpr int kUnits = kWords * (kTileRows / 16);
+  static constexpr int kBlocksPerSm = 1024 / kThreads;
+  static constexpr int kStagingWords = kTileRows * kWords;
+  // StagedWord for rows of kWords words.
+  static __device__ __forceinline__ int Staged(int row, int word) {
+    return row * kWords + (word ^ (4 * ((row >> 4) & 7)));
+  }
+};
+
+// One whole tile at (m0, n0) of an example: the cast (rowwise bytes to
+// row_out unless null), the staging, a barrier and the transposed write-out
+// to col. Returns this thread's max |x| over its part of the tile (kAmax; 0
+// otherwise). kHinted: loads with the L2 policy `policy`. The caller
+// synchronises before the staging tile is reused.
+template <typename In, Fp8Format kFormat, int kCols, bool kAmax, bool kHinted>
+__device__ __forceinline__ float CastTransposeWholeTile(
+    const typename In::Storage* x, uint8_t* row_out, uint8_t* col,
+    int64_t rows, int64_t cols, int64_t m0, int64_t n0, float scale,
+    uint64_t policy, uint32_t* staging) {
   using Storage = typename In::Storage;
+  using Shape = WholeTileShape<kCols>;
   constexpr int kVec = In::kVec;
-  constexpr int kColLanes = kTileCols / kVec;      // 16 (2-byte) or 32 (f32)
-  constexpr int kRowLanes = kThreads / kColLanes;  // 8 or 4
+  constexpr int kColLanes = kCols / kVec;
+  constexpr int kRowLanes = Shape::kThreads / kColLanes;  // 8 or 4
   constexpr int kRowsPerThread = kTileRows / kRowLanes;
   static_assert(kRowsPerThread % kUnroll == 0, "whole batches of loads");
-  __shared__ __align__(16) uint32_t staging[kTileRows * kTileWords];
-  __shared__ float warp_max[kThreads / 32];
-
   const int tid = threadIdx.x;
   const int col_lane = tid % kColLanes;
   const int row_lane = tid / kColLanes;
-  const int64_t b = blockIdx.z;
-  const int64_t m0 = int64_t{blockIdx.y} * kTileRows;
-  const int64_t n0 = int64_t{blockIdx.x} * kTileCols;
   const int64_t c = n0 + col_lane * kVec;
-  const int64_t elements = p.rows * p.cols;
-  const float scale =
-      ExampleScale<kFormat>(p.scale, p.amax, p.scale_from_amax, b);
-  if (p.scale_from_amax && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) {
-    p.scale_inv[b] = ScaleInverse(scale);
-  }
-  const Storage* x = static_cast<const Storage*>(p.x) + b * elements;
-  uint8_t* row_out = p.row != nullptr ? p.row + b * elements : nullptr;
 
   float amax = 0.0f;
 #pragma unroll 1
@@ -263,51 +278,151 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     // This thread's first row of the batch; the others follow kRowLanes rows
     // apart.
     const int64_t row_first =
-        (m0 + row_lane + int64_t{kRowLanes} * k0) * p.cols + c;
+        (m0 + row_lane + int64_t{kRowLanes} * k0) * cols + c;
     uint4 raw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      raw[u] = LoadStreaming(x + row_first + int64_t{kRowLanes} * u * p.cols);
+      const Storage* at = x + row_first + int64_t{kRowLanes} * u * cols;
+      raw[u] = kHinted ? LoadStreaming(at, policy) : LoadStreaming(at);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int r = row_lane + kRowLanes * (k0 + u);
       float v[kVec];
       In::Unpack(raw[u], v);
+      if constexpr (kAmax) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+        for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+      }
       uint32_t q[kVec / 4];
       CastVec<kFormat>(v, scale, q);
-      StageCastWords(&staging[StagedWord(r, col_lane * (kVec / 4))], q);
+      StageCastWords(&staging[Shape::Staged(r, col_lane * (kVec / 4))], q);
       if (row_out != nullptr) {
-        StoreCastWords(row_out + row_first + int64_t{kRowLanes} * u * p.cols, q);
+        StoreCastWords(row_out + row_first + int64_t{kRowLanes} * u * cols, q);
       }
     }
   }
   __syncthreads();
 
   // Transposed write-out: col[n][m] of this example.
-  uint8_t* col = p.col + b * elements;
 #pragma unroll
-  for (int unit = tid; unit < kUnits; unit += kThreads) {
+  for (int unit = tid; unit < Shape::kUnits; unit += Shape::kThreads) {
     const int block = unit % (kTileRows / 16);
     const int group = unit / (kTileRows / 16);
     uint32_t w[16];
 #pragma unroll
-    for (int k = 0; k < 16; ++k) w[k] = staging[StagedWord(16 * block + k, group)];
+    for (int k = 0; k < 16; ++k) w[k] = staging[Shape::Staged(16 * block + k, group)];
     uint32_t out[4][4];
     Transpose16x4(w, out);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int64_t n = n0 + 4 * group + q;
-      StoreStreaming16(col + n * p.rows + m0 + 16 * block,
+      StoreStreaming16(col + n * rows + m0 + 16 * block,
                        make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]));
     }
   }
+  return amax;
+}
 
+template <typename In, Fp8Format kFormat, int kCols>
+__global__ void __launch_bounds__(WholeTileShape<kCols>::kThreads,
+                                  WholeTileShape<kCols>::kBlocksPerSm)
+    CastTransposeTileKernel(const __grid_constant__ TransposeParams p) {
+  using Shape = WholeTileShape<kCols>;
+  __shared__ __align__(16) uint32_t staging[Shape::kStagingWords];
+  __shared__ float warp_max[Shape::kThreads / 32];
+  const int64_t b = blockIdx.z;
+  const int64_t elements = p.rows * p.cols;
+  const float scale =
+      ExampleScale<kFormat>(p.scale, p.amax, p.scale_from_amax, b);
+  if (p.scale_from_amax && blockIdx.x == 0 && blockIdx.y == 0 &&
+      threadIdx.x == 0) {
+    p.scale_inv[b] = ScaleInverse(scale);
+  }
+  const auto* x = static_cast<const typename In::Storage*>(p.x) + b * elements;
+  uint8_t* row_out = p.row != nullptr ? p.row + b * elements : nullptr;
+  const float amax = CastTransposeWholeTile<In, kFormat, kCols, true, false>(
+      x, row_out, p.col + b * elements, p.rows, p.cols,
+      int64_t{blockIdx.y} * kTileRows, int64_t{blockIdx.x} * kCols, scale, 0,
+      staging);
   if (!p.scale_from_amax) {
-    const float block_max = BlockMax<kThreads>(amax, warp_max);
-    if (tid == 0) PublishAmax(p.amax + b, block_max);
+    const float block_max = BlockMax<Shape::kThreads>(amax, warp_max);
+    if (threadIdx.x == 0) PublishAmax(p.amax + b, block_max);
+  }
+}
+
+// CastTransposeKernel<kFusedAmax> for whole tiles (rows a multiple of 128,
+// columns of kCols, fewer than 2^30 tiles; p.col_tiles and p.tiles count
+// tiles of kCols columns): the same two phases, each tile found with one
+// 32-bit division, no bounds tests, no amax in phase 2.
+template <typename In, Fp8Format kFormat, int kCols>
+__global__ void __launch_bounds__(WholeTileShape<kCols>::kThreads,
+                                  WholeTileShape<kCols>::kBlocksPerSm)
+    CurrentTransposeTileKernel(const __grid_constant__ TransposeParams p) {
+  using Storage = typename In::Storage;
+  using Shape = WholeTileShape<kCols>;
+  constexpr int kVec = In::kVec;
+  constexpr int kColLanes = kCols / kVec;
+  constexpr int kRowLanes = Shape::kThreads / kColLanes;
+  constexpr int kRowsPerThread = kTileRows / kRowLanes;
+  __shared__ __align__(16) uint32_t staging[Shape::kStagingWords];
+  __shared__ float warp_max[Shape::kThreads / 32];
+
+  const int tid = threadIdx.x;
+  const int col_lane = tid % kColLanes;
+  const int row_lane = tid / kColLanes;
+  const int tiles = static_cast<int>(p.tiles);
+  const int col_tiles = static_cast<int>(p.col_tiles);
+  const Storage* x = static_cast<const Storage*>(p.x);
+  const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
+
+  // Phase 1: the amax over this block's tiles, last first; the first
+  // l2_tiles of them (read last) kept in L2.
+  {
+    const uint64_t keep_policy = L2Policy(p.hints, /*keep=*/true);
+    const int count = (tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+    float amax = 0.0f;
+    for (int k = count - 1; k >= 0; --k) {
+      const int t = static_cast<int>(blockIdx.x) + k * static_cast<int>(gridDim.x);
+      const int row_tile = t / col_tiles;
+      const int64_t m0 = int64_t{row_tile} * kTileRows;
+      const int64_t c = int64_t{t - row_tile * col_tiles} * kCols + col_lane * kVec;
+      const uint64_t policy = k < p.l2_tiles ? keep_policy : drop_policy;
+#pragma unroll 1
+      for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
+        const int64_t row_first =
+            (m0 + row_lane + int64_t{kRowLanes} * k0) * p.cols + c;
+        uint4 raw[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          raw[u] = LoadStreaming(x + row_first + int64_t{kRowLanes} * u * p.cols,
+                                 policy);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          float v[kVec];
+          In::Unpack(raw[u], v);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+        }
+      }
+    }
+    amax = BlockMax<Shape::kThreads>(amax, warp_max);
+    if (tid == 0 && amax > 0.0f) {
+      atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
+    }
+    cooperative_groups::this_grid().sync();
+  }
+
+  // Phase 2: the scale from the finished amax, the cast + transpose.
+  const float scale = ExampleScale<kFormat>(p.scale, p.amax, true, 0);
+  if (blockIdx.x == 0 && tid == 0) p.scale_inv[0] = ScaleInverse(scale);
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int row_tile = t / col_tiles;
+    CastTransposeWholeTile<In, kFormat, kCols, false, true>(
+        x, p.row, p.col, p.rows, p.cols, int64_t{row_tile} * kTileRows,
+        int64_t{t - row_tile * col_tiles} * kCols, scale, drop_policy, staging);
+    __syncthreads();  // the staging tile is reused by the next tile
   }
 }
 
@@ -378,6 +493,7 @@ LaunchStatus LaunchTransposeKernel(const Fp8QuantizeProblem& problem,
 
 // Whole tiles (CastTransposeTileKernel): one block each on a (column tiles,
 // row tiles, examples) grid.
+template <int kCols>
 LaunchStatus LaunchTransposeTiles(const Fp8QuantizeProblem& problem,
                                   const Fp8QuantizeBuffers& buffers,
                                   cudaStream_t stream) {
@@ -386,14 +502,47 @@ LaunchStatus LaunchTransposeTiles(const Fp8QuantizeProblem& problem,
     constexpr Fp8Format kFormat = decltype(format)::value;
     const TransposeParams p = TransposeParamsOf(problem, buffers);
     if (p.tiles <= 0) return LaunchStatus{};
-    const dim3 grid(static_cast<unsigned>(p.col_tiles),
+    const dim3 grid(static_cast<unsigned>(problem.cols / kCols),
                     static_cast<unsigned>(p.row_tiles),
                     static_cast<unsigned>(problem.batch));
-    const cudaError_t error = Launch(&CastTransposeTileKernel<In, kFormat>, grid,
-                                     dim3(kThreads), 0, stream, 1, p);
+    const cudaError_t error =
+        Launch(&CastTransposeTileKernel<In, kFormat, kCols>, grid,
+               dim3(WholeTileShape<kCols>::kThreads), 0, stream, 1, p);
     if (error != cudaSuccess) return Failed(error, "launching CastTransposeTileKernel");
     return LaunchStatus{};
   });
+}
+
+template <int kCols>
+LaunchStatus LaunchCurrentTransposeTiles(const Fp8QuantizeProblem& problem,
+                                         const Fp8QuantizeBuffers& buffers,
+                                         cudaStream_t stream, int sms) {
+  return DispatchTypes(problem, [&](auto input, auto format) -> LaunchStatus {
+    using In = decltype(input);
+    using Shape = WholeTileShape<kCols>;
+    constexpr Fp8Format kFormat = decltype(format)::value;
+    auto* kernel = &CurrentTransposeTileKernel<In, kFormat, kCols>;
+    TransposeParams p = TransposeParamsOf(problem, buffers);
+    p.col_tiles = problem.cols / kCols;
+    p.tiles = p.row_tiles * p.col_tiles;
+    if (p.tiles <= 0) return LaunchStatus{};
+    static const int blocks_per_sm =
+        std::min(Shape::kBlocksPerSm, BlocksPerSm(kernel, Shape::kThreads, 0));
+    const int64_t grid = std::min(p.tiles, int64_t{sms} * blocks_per_sm);
+    const int64_t tile_bytes = int64_t{kTileRows} * kCols *
+                               static_cast<int64_t>(sizeof(typename In::Storage));
+    p.l2_tiles = L2TilesPerBlock(grid, tile_bytes);
+    p.hints = UseL2Hints();
+    const cudaError_t error =
+        Launch(kernel, dim3(static_cast<unsigned>(grid)), dim3(Shape::kThreads), 0,
+               stream, 1, p, /*cooperative=*/true);
+    if (error != cudaSuccess) return Failed(error, "launching CurrentTransposeTileKernel");
+    return LaunchStatus{};
+  });
+}
+
+bool WholeTiles(const Fp8QuantizeProblem& problem) {
+  return problem.rows % kTileRows == 0 && problem.cols % kTileCols == 0;
 }
 
 }  // namespace
@@ -402,10 +551,12 @@ LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers,
                              cudaStream_t stream, int sms) {
   const bool whole_tiles =
-      problem.rows % kTileRows == 0 && problem.cols % kTileCols == 0 &&
-      problem.cols / kTileCols <= 0x7FFFFFFF &&
+      WholeTiles(problem) && problem.cols / kTileCols <= 0x7FFFFFFF &&
       problem.rows / kTileRows <= 65535 && problem.batch <= 65535;
-  if (whole_tiles) return LaunchTransposeTiles(problem, buffers, stream);
+  if (whole_tiles) {
+    if (problem.cols % 256 == 0) return LaunchTransposeTiles<256>(problem, buffers, stream);
+    return LaunchTransposeTiles<128>(problem, buffers, stream);
+  }
   return LaunchTransposeKernel<false>(problem, buffers, stream, sms);
 }
 
@@ -418,6 +569,14 @@ bool CurrentTransposeApplies(const Fp8QuantizeProblem& problem,
 LaunchStatus LaunchCurrentTranspose(const Fp8QuantizeProblem& problem,
                                     const Fp8QuantizeBuffers& buffers,
                                     cudaStream_t stream, int sms) {
+  // Whole tiles, few enough for 32-bit tile indices (plus a grid).
+  const int64_t tiles = (problem.rows / kTileRows) * (problem.cols / kTileCols);
+  if (WholeTiles(problem) && tiles < (int64_t{1} << 30)) {
+    if (problem.cols % 256 == 0) {
+      return LaunchCurrentTransposeTiles<256>(problem, buffers, stream, sms);
+    }
+    return LaunchCurrentTransposeTiles<128>(problem, buffers, stream, sms);
+  }
   return LaunchTransposeKernel<true>(problem, buffers, stream, sms);
 }
 
