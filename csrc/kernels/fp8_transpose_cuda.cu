@@ -89,6 +89,33 @@ __device__ __forceinline__ int StagedWord(int row, int word) {
   return row * kTileWords + (word ^ (4 * ((row >> 4) & 7)));
 }
 
+// amax = max(amax, |x|) over the kUnroll vectors of raw (fmaxf: NaN ignored).
+template <typename In>
+__device__ __forceinline__ float FoldAbsMax(const uint4 (&raw)[kUnroll],
+                                            float amax) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    float v[In::kVec];
+    In::Unpack(raw[u], v);
+#pragma unroll
+    for (int e = 0; e < In::kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  }
+  return amax;
+}
+
+// The end of a fused kernel's phase 1: the block's amax into *out (one
+// atomicMax), then a grid-wide sync.
+template <int kBlockThreads>
+__device__ __forceinline__ void PublishAmaxAndSyncGrid(float amax,
+                                                       float* warp_max,
+                                                       float* out) {
+  amax = BlockMax<kBlockThreads>(amax, warp_max);
+  if (threadIdx.x == 0 && amax > 0.0f) {
+    atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(amax));
+  }
+  cooperative_groups::this_grid().sync();
+}
+
 template <typename In, Fp8Format kFormat, bool kFusedAmax>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     CastTransposeKernel(const __grid_constant__ TransposeParams p) {
@@ -141,21 +168,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
         uint4 raw[kUnroll];
         load_rows(x, m0, c, k0, true, policy, raw);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          float v[kVec];
-          In::Unpack(raw[u], v);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
-        }
+        amax = FoldAbsMax<In>(raw, amax);
       }
     }
-    amax = BlockMax<kThreads>(amax, warp_max);
-    if (tid == 0 && amax > 0.0f) {
-      atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
-    }
+    PublishAmaxAndSyncGrid<kThreads>(amax, warp_max, p.amax);
     amax = 0.0f;
-    cooperative_groups::this_grid().sync();
   }
 
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
@@ -398,20 +415,10 @@ __global__ void __launch_bounds__(WholeTileShape<kCols>::kThreads,
           raw[u] = LoadStreaming(x + row_first + int64_t{kRowLanes} * u * p.cols,
                                  policy);
         }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          float v[kVec];
-          In::Unpack(raw[u], v);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
-        }
+        amax = FoldAbsMax<In>(raw, amax);
       }
     }
-    amax = BlockMax<Shape::kThreads>(amax, warp_max);
-    if (tid == 0 && amax > 0.0f) {
-      atomicMax(reinterpret_cast<unsigned int*>(p.amax), __float_as_uint(amax));
-    }
-    cooperative_groups::this_grid().sync();
+    PublishAmaxAndSyncGrid<Shape::kThreads>(amax, warp_max, p.amax);
   }
 
   // Phase 2: the scale from the finished amax, the cast + transpose.
