@@ -67,19 +67,6 @@ __device__ __forceinline__ void LoadTile(const uint4* x, int64_t t,
   }
 }
 
-template <typename In>
-__device__ __forceinline__ float TileMax(const uint4 (&raw)[kTileUnroll],
-                                         float amax) {
-#pragma unroll
-  for (int u = 0; u < kTileUnroll; ++u) {
-    float v[In::kVec];
-    In::Unpack(raw[u], v);
-#pragma unroll
-    for (int e = 0; e < In::kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
-  }
-  return amax;
-}
-
 // Tile t (the block's k-th) from shared memory if kept, else from x.
 __device__ __forceinline__ void FetchTile(const uint4* x, const uint4* kept,
                                           int64_t k, int64_t t,
@@ -142,8 +129,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     LoadTile(x, tile(k), p.vectors, policy(k), a);
     const bool second = k + 1 < count;
     if (second) LoadTile(x, tile(k + 1), p.vectors, policy(k + 1), b);
-    amax = TileMax<In>(a, amax);
-    if (second) amax = TileMax<In>(b, amax);
+    amax = FoldAbsMax<In>(a, amax);
+    if (second) amax = FoldAbsMax<In>(b, amax);
     if (k < kKeptTiles) {
 #pragma unroll
       for (int u = 0; u < kTileUnroll; ++u) {

@@ -183,6 +183,20 @@ __device__ __forceinline__ void AllowDependentGrids() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// amax = max(amax, |x|) over the vectors of raw (fmaxf: NaN ignored).
+template <typename In, int kCount>
+__device__ __forceinline__ float FoldAbsMax(const uint4 (&raw)[kCount],
+                                            float amax) {
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) {
+    float v[In::kVec];
+    In::Unpack(raw[u], v);
+#pragma unroll
+    for (int e = 0; e < In::kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  }
+  return amax;
+}
+
 // max over the block of non-negative, non-NaN floats; the result is valid in
 // thread 0. `scratch` holds one float per warp.
 template <int kThreads>

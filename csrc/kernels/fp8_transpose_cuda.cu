@@ -89,20 +89,6 @@ __device__ __forceinline__ int StagedWord(int row, int word) {
   return row * kTileWords + (word ^ (4 * ((row >> 4) & 7)));
 }
 
-// amax = max(amax, |x|) over the kUnroll vectors of raw (fmaxf: NaN ignored).
-template <typename In>
-__device__ __forceinline__ float FoldAbsMax(const uint4 (&raw)[kUnroll],
-                                            float amax) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    float v[In::kVec];
-    In::Unpack(raw[u], v);
-#pragma unroll
-    for (int e = 0; e < In::kVec; ++e) amax = fmaxf(amax, fabsf(v[e]));
-  }
-  return amax;
-}
-
 // The end of a fused kernel's phase 1: the block's amax into *out (one
 // atomicMax), then a grid-wide sync.
 template <int kBlockThreads>
