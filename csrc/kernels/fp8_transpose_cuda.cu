@@ -506,6 +506,8 @@ LaunchStatus LaunchTransposeTiles(const Fp8QuantizeProblem& problem,
   });
 }
 
+// The fused whole-tile kernel (CurrentTransposeTileKernel): one cooperative
+// wave of resident blocks dealing the tiles round robin.
 template <int kCols>
 LaunchStatus LaunchCurrentTransposeTiles(const Fp8QuantizeProblem& problem,
                                          const Fp8QuantizeBuffers& buffers,
