@@ -244,13 +244,15 @@ def test_vmap_transpose_tiles_span_examples():
     _check(x, "e5m2", kind="delayed", scales=(2.5,), vmapped=True, combos=combos)
 
 
-@pytest.mark.parametrize("shape", [(3, 256, 384), (3, 384, 512)])
-def test_vmap_transpose_whole_tiles(shape):
-    """CastTransposeTileKernel on whole tiles (128 x 128 for 384 columns, 128 x 256 for 512),
-    one block each on a (column tiles, row tiles, examples) grid: three examples, each with its
-    own amax and scale (current scaling of a batch: the scale from the amax kernel's result,
+@pytest.mark.parametrize(
+    "shape,x_name", [((3, 256, 384), "bf16"), ((3, 384, 512), "bf16"), ((3, 128, 256), "f32")]
+)
+def test_vmap_transpose_whole_tiles(shape, x_name):
+    """CastTransposeTileKernel on whole tiles (128 x 128 for 384 columns, 128 x 256 for 256 or
+    512), one block each on a (column tiles, row tiles, examples) grid: three examples, each with
+    its own amax and scale (current scaling of a batch: the scale from the amax kernel's result,
     scale_inv written by each example's first tile)."""
-    x = _random(shape, jnp.bfloat16, seed=6)
+    x = _random(shape, X_DTYPES[x_name], seed=6)
     x *= np.array([1, 300, 1e-3], np.float32)[:, None, None].astype(x.dtype)
     combos = ((eqq.QuantizeLayout.ROWWISE_COLWISE, False), (eqq.QuantizeLayout.COLWISE, False))
     _check(x, "e4m3", vmapped=True, combos=combos)
