@@ -58,13 +58,9 @@
 namespace eqx_quant::cuda::fp8 {
 namespace {
 
-constexpr int kThreads = 128;
 constexpr int kTileRows = 128;
-constexpr int kTileCols = 128;
-constexpr int kTileWords = kTileCols / 4;  // 4-byte words of a staged row
-constexpr int kUnroll = 8;                 // rows of loads in flight
-constexpr int kBlocksPerSm = 8;            // 64 registers, 16 KiB staging each
-constexpr int kUnits = (kTileCols / 4) * (kTileRows / 16);
+constexpr int kTileCols = 128;  // CastTransposeKernel's tiles (whole tiles: 128 or 256)
+constexpr int kUnroll = 8;      // rows of loads in flight
 
 struct TransposeParams {
   const void* x;
@@ -83,11 +79,49 @@ struct TransposeParams {
   bool hints;  // kFusedAmax: L2 eviction priorities (else evict_normal)
 };
 
-// Word index in the staging tile of (tile row, 4-byte word): the 16-row
-// blocks 0..7 of one word go to 8 distinct groups of 4 banks.
-__device__ __forceinline__ int StagedWord(int row, int word) {
-  return row * kTileWords + (word ^ (4 * ((row >> 4) & 7)));
-}
+// The shape of a tile staged in shared memory: kTileRows x kCols (128 or
+// 256) columns on kCols threads (CastTransposeKernel: kTileCols).
+template <int kCols>
+struct StagedTile {
+  static constexpr int kThreads = kCols;
+  static constexpr int kWords = kCols / 4;  // 4-byte words of a staged row
+  static constexpr int kUnits = kWords * (kTileRows / 16);
+  static constexpr int kBlocksPerSm = 1024 / kThreads;
+  static constexpr int kStagingWords = kTileRows * kWords;
+  // Word index in the staging tile of (tile row, 4-byte word): the 16-row
+  // blocks 0..7 of one word go to 8 distinct groups of 4 banks.
+  static __device__ __forceinline__ int Staged(int row, int word) {
+    return row * kWords + (word ^ (4 * ((row >> 4) & 7)));
+  }
+};
+
+// CastTransposeKernel's staging (64 registers, 16 KiB staging per block).
+using Tile = StagedTile<kTileCols>;
+constexpr int kThreads = Tile::kThreads;
+constexpr int kBlocksPerSm = Tile::kBlocksPerSm;
+
+// A thread's part of a whole tile: column lane tid % kColLanes (one 16-byte
+// vector per row), rows tid / kColLanes + kRowLanes * k.
+template <typename In, int kCols>
+struct TileLanes {
+  static constexpr int kColLanes = kCols / In::kVec;  // 16 or 32 for 128 columns
+  static constexpr int kRowLanes = StagedTile<kCols>::kThreads / kColLanes;  // 8 or 4
+  static constexpr int kRowsPerThread = kTileRows / kRowLanes;
+  static_assert(kRowsPerThread % kUnroll == 0, "whole batches of loads");
+  // The kUnroll vectors of a batch: x[row_first + kRowLanes * u * cols]
+  // (kHinted: with the L2 policy `policy`).
+  template <bool kHinted>
+  static __device__ __forceinline__ void LoadBatch(const typename In::Storage* x,
+                                                   int64_t row_first, int64_t cols,
+                                                   uint64_t policy,
+                                                   uint4 (&raw)[kUnroll]) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const typename In::Storage* at = x + row_first + int64_t{kRowLanes} * u * cols;
+      raw[u] = kHinted ? LoadStreaming(at, policy) : LoadStreaming(at);
+    }
+  }
+};
 
 // The end of a fused kernel's phase 1: the block's amax into *out (one
 // atomicMax), then a grid-wide sync.
@@ -111,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   constexpr int kRowLanes = kThreads / kColLanes;  // 8 or 4
   constexpr int kRowsPerThread = kTileRows / kRowLanes;
   static_assert(kRowsPerThread % kUnroll == 0, "whole batches of loads");
-  __shared__ __align__(16) uint32_t staging[kTileRows * kTileWords];
+  __shared__ __align__(16) uint32_t staging[Tile::kStagingWords];
   __shared__ float warp_max[kThreads / 32];
 
   const int tid = threadIdx.x;
@@ -194,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         uint32_t q[kVec / 4];
         CastVec<kFormat>(v, scale, q);
         const int word = col_lane * (kVec / 4);
-        StageCastWords(&staging[StagedWord(r, word)], q);
+        StageCastWords(&staging[Tile::Staged(r, word)], q);
         if (row_out != nullptr && lane_active && m0 + r < p.rows) {
           StoreCastWords(row_out + row_first + int64_t{kRowLanes} * u * p.cols, q);
         }
@@ -206,14 +240,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     // unit's 16 rows are all inside the tensor or all outside.
     uint8_t* col = p.col + b * elements;
 #pragma unroll
-    for (int unit = tid; unit < kUnits; unit += kThreads) {
+    for (int unit = tid; unit < Tile::kUnits; unit += kThreads) {
       const int block = unit % (kTileRows / 16);
       const int group = unit / (kTileRows / 16);
       const int64_t m = m0 + 16 * block;
       if (m >= p.rows || n0 + 4 * group >= p.cols) continue;
       uint32_t w[16];
 #pragma unroll
-      for (int k = 0; k < 16; ++k) w[k] = staging[StagedWord(16 * block + k, group)];
+      for (int k = 0; k < 16; ++k) w[k] = staging[Tile::Staged(16 * block + k, group)];
       uint32_t out[4][4];
       Transpose16x4(w, out);
 #pragma unroll
@@ -238,21 +272,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-// The whole-tile kernels' shape: tiles of kTileRows x kCols (128 or 256)
-// columns on kCols threads.
-template <int kCols>
-struct WholeTileShape {
-  static constexpr int kThreads = kCols;
-  static constexpr int kWords = kCols / 4;  // 4-byte words of a staged row
-  static constexpr int kUnits = kWords * (kTileRows / 16);
-  static constexpr int kBlocksPerSm = 1024 / kThreads;
-  static constexpr int kStagingWords = kTileRows * kWords;
-  // StagedWord for rows of kWords words.
-  static __device__ __forceinline__ int Staged(int row, int word) {
-    return row * kWords + (word ^ (4 * ((row >> 4) & 7)));
-  }
-};
-
 // One whole tile at (m0, n0) of an example: the cast (rowwise bytes to
 // row_out unless null), the staging, a barrier and the transposed write-out
 // to col. Returns this thread's max |x| over its part of the tile (kAmax; 0
@@ -263,31 +282,24 @@ __device__ __forceinline__ float CastTransposeWholeTile(
     const typename In::Storage* x, uint8_t* row_out, uint8_t* col,
     int64_t rows, int64_t cols, int64_t m0, int64_t n0, float scale,
     uint64_t policy, uint32_t* staging) {
-  using Storage = typename In::Storage;
-  using Shape = WholeTileShape<kCols>;
+  using Shape = StagedTile<kCols>;
+  using Lanes = TileLanes<In, kCols>;
   constexpr int kVec = In::kVec;
-  constexpr int kColLanes = kCols / kVec;
-  constexpr int kRowLanes = Shape::kThreads / kColLanes;  // 8 or 4
-  constexpr int kRowsPerThread = kTileRows / kRowLanes;
-  static_assert(kRowsPerThread % kUnroll == 0, "whole batches of loads");
+  constexpr int kRowLanes = Lanes::kRowLanes;
   const int tid = threadIdx.x;
-  const int col_lane = tid % kColLanes;
-  const int row_lane = tid / kColLanes;
+  const int col_lane = tid % Lanes::kColLanes;
+  const int row_lane = tid / Lanes::kColLanes;
   const int64_t c = n0 + col_lane * kVec;
 
   float amax = 0.0f;
 #pragma unroll 1
-  for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
+  for (int k0 = 0; k0 < Lanes::kRowsPerThread; k0 += kUnroll) {
     // This thread's first row of the batch; the others follow kRowLanes rows
     // apart.
     const int64_t row_first =
         (m0 + row_lane + int64_t{kRowLanes} * k0) * cols + c;
     uint4 raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const Storage* at = x + row_first + int64_t{kRowLanes} * u * cols;
-      raw[u] = kHinted ? LoadStreaming(at, policy) : LoadStreaming(at);
-    }
+    Lanes::template LoadBatch<kHinted>(x, row_first, cols, policy, raw);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int r = row_lane + kRowLanes * (k0 + u);
@@ -328,10 +340,10 @@ __device__ __forceinline__ float CastTransposeWholeTile(
 }
 
 template <typename In, Fp8Format kFormat, int kCols>
-__global__ void __launch_bounds__(WholeTileShape<kCols>::kThreads,
-                                  WholeTileShape<kCols>::kBlocksPerSm)
+__global__ void __launch_bounds__(StagedTile<kCols>::kThreads,
+                                  StagedTile<kCols>::kBlocksPerSm)
     CastTransposeTileKernel(const __grid_constant__ TransposeParams p) {
-  using Shape = WholeTileShape<kCols>;
+  using Shape = StagedTile<kCols>;
   __shared__ __align__(16) uint32_t staging[Shape::kStagingWords];
   __shared__ float warp_max[Shape::kThreads / 32];
   const int64_t b = blockIdx.z;
@@ -355,25 +367,23 @@ __global__ void __launch_bounds__(WholeTileShape<kCols>::kThreads,
 }
 
 // CastTransposeKernel<kFusedAmax> for whole tiles (rows a multiple of 128,
-// columns of kCols, fewer than 2^30 tiles; p.col_tiles and p.tiles count
-// tiles of kCols columns): the same two phases, each tile found with one
+// columns of kCols, one example, fewer than 2^30 tiles; p.col_tiles and
+// p.tiles count tiles of kCols columns): the same two phases, each tile found with one
 // 32-bit division, no bounds tests, no amax in phase 2.
 template <typename In, Fp8Format kFormat, int kCols>
-__global__ void __launch_bounds__(WholeTileShape<kCols>::kThreads,
-                                  WholeTileShape<kCols>::kBlocksPerSm)
+__global__ void __launch_bounds__(StagedTile<kCols>::kThreads,
+                                  StagedTile<kCols>::kBlocksPerSm)
     CurrentTransposeTileKernel(const __grid_constant__ TransposeParams p) {
   using Storage = typename In::Storage;
-  using Shape = WholeTileShape<kCols>;
-  constexpr int kVec = In::kVec;
-  constexpr int kColLanes = kCols / kVec;
-  constexpr int kRowLanes = Shape::kThreads / kColLanes;
-  constexpr int kRowsPerThread = kTileRows / kRowLanes;
+  using Shape = StagedTile<kCols>;
+  using Lanes = TileLanes<In, kCols>;
+  constexpr int kRowLanes = Lanes::kRowLanes;
   __shared__ __align__(16) uint32_t staging[Shape::kStagingWords];
   __shared__ float warp_max[Shape::kThreads / 32];
 
   const int tid = threadIdx.x;
-  const int col_lane = tid % kColLanes;
-  const int row_lane = tid / kColLanes;
+  const int col_lane = tid % Lanes::kColLanes;
+  const int row_lane = tid / Lanes::kColLanes;
   const int tiles = static_cast<int>(p.tiles);
   const int col_tiles = static_cast<int>(p.col_tiles);
   const Storage* x = static_cast<const Storage*>(p.x);
@@ -389,18 +399,14 @@ __global__ void __launch_bounds__(WholeTileShape<kCols>::kThreads,
       const int t = static_cast<int>(blockIdx.x) + k * static_cast<int>(gridDim.x);
       const int row_tile = t / col_tiles;
       const int64_t m0 = int64_t{row_tile} * kTileRows;
-      const int64_t c = int64_t{t - row_tile * col_tiles} * kCols + col_lane * kVec;
+      const int64_t c = int64_t{t - row_tile * col_tiles} * kCols + col_lane * In::kVec;
       const uint64_t policy = k < p.l2_tiles ? keep_policy : drop_policy;
 #pragma unroll 1
-      for (int k0 = 0; k0 < kRowsPerThread; k0 += kUnroll) {
+      for (int k0 = 0; k0 < Lanes::kRowsPerThread; k0 += kUnroll) {
         const int64_t row_first =
             (m0 + row_lane + int64_t{kRowLanes} * k0) * p.cols + c;
         uint4 raw[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          raw[u] = LoadStreaming(x + row_first + int64_t{kRowLanes} * u * p.cols,
-                                 policy);
-        }
+        Lanes::template LoadBatch<true>(x, row_first, p.cols, policy, raw);
         amax = FoldAbsMax<In>(raw, amax);
       }
     }
@@ -431,10 +437,11 @@ bool TransposeApplies(const Fp8QuantizeProblem& problem,
 
 namespace {
 
-// The kernels' parameters of a problem (tiles of kTileRows x kTileCols,
+// The kernels' parameters of a problem (tiles of kTileRows x tile_cols,
 // partial ones at the ends).
 TransposeParams TransposeParamsOf(const Fp8QuantizeProblem& problem,
-                                  const Fp8QuantizeBuffers& buffers) {
+                                  const Fp8QuantizeBuffers& buffers,
+                                  int64_t tile_cols = kTileCols) {
   TransposeParams p = {};
   p.x = buffers.x;
   p.scale = buffers.scale;
@@ -445,7 +452,7 @@ TransposeParams TransposeParamsOf(const Fp8QuantizeProblem& problem,
   p.rows = problem.rows;
   p.cols = problem.cols;
   p.row_tiles = (problem.rows + kTileRows - 1) / kTileRows;
-  p.col_tiles = (problem.cols + kTileCols - 1) / kTileCols;
+  p.col_tiles = (problem.cols + tile_cols - 1) / tile_cols;
   p.tiles = problem.batch * p.row_tiles * p.col_tiles;
   p.scale_from_amax = problem.scale_from_amax;
   return p;
@@ -493,14 +500,14 @@ LaunchStatus LaunchTransposeTiles(const Fp8QuantizeProblem& problem,
   return DispatchTypes(problem, [&](auto input, auto format) -> LaunchStatus {
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
-    const TransposeParams p = TransposeParamsOf(problem, buffers);
+    const TransposeParams p = TransposeParamsOf(problem, buffers, kCols);
     if (p.tiles <= 0) return LaunchStatus{};
-    const dim3 grid(static_cast<unsigned>(problem.cols / kCols),
+    const dim3 grid(static_cast<unsigned>(p.col_tiles),
                     static_cast<unsigned>(p.row_tiles),
                     static_cast<unsigned>(problem.batch));
     const cudaError_t error =
         Launch(&CastTransposeTileKernel<In, kFormat, kCols>, grid,
-               dim3(WholeTileShape<kCols>::kThreads), 0, stream, 1, p);
+               dim3(StagedTile<kCols>::kThreads), 0, stream, 1, p);
     if (error != cudaSuccess) return Failed(error, "launching CastTransposeTileKernel");
     return LaunchStatus{};
   });
@@ -514,12 +521,10 @@ LaunchStatus LaunchCurrentTransposeTiles(const Fp8QuantizeProblem& problem,
                                          cudaStream_t stream, int sms) {
   return DispatchTypes(problem, [&](auto input, auto format) -> LaunchStatus {
     using In = decltype(input);
-    using Shape = WholeTileShape<kCols>;
+    using Shape = StagedTile<kCols>;
     constexpr Fp8Format kFormat = decltype(format)::value;
     auto* kernel = &CurrentTransposeTileKernel<In, kFormat, kCols>;
-    TransposeParams p = TransposeParamsOf(problem, buffers);
-    p.col_tiles = problem.cols / kCols;
-    p.tiles = p.row_tiles * p.col_tiles;
+    TransposeParams p = TransposeParamsOf(problem, buffers, kCols);
     if (p.tiles <= 0) return LaunchStatus{};
     static const int blocks_per_sm =
         std::min(Shape::kBlocksPerSm, BlocksPerSm(kernel, Shape::kThreads, 0));
