@@ -40,6 +40,23 @@ EQXQ_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1, int r0,
   x1 = RotateLeft32(x1, r3) ^ x0;
 }
 
+// 1, which on a CUDA device ptxas cannot prove to be 1 (the lane id >> 5),
+// so that the key injections x = x * one + k below stay integer multiply-adds
+// on the FMA pipe. Written as adds, ptxas fuses each into the next round's
+// add as a 3-input IADD3 on the ALU pipe, which the rounds' rotations and
+// xors already fill (it is half of an SM sub-partition's integer
+// throughput): 45 instead of 40 ALU instructions per call, and the SR
+// kernels are bound by that pipe (docs/performance.md). The same bits.
+EQXQ_HOST_DEVICE inline uint32_t OpaqueOne() {
+#if defined(__CUDA_ARCH__)
+  uint32_t lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return (lane >> 5) + 1u;
+#else
+  return 1u;
+#endif
+}
+
 // Threefry-2x32-20 of the counter (c0, c1) under the key (k0, k1); writes
 // both output words. Five groups of four rounds, rotations (13, 15, 26, 6)
 // for the even groups and (17, 29, 16, 24) for the odd ones, each group
@@ -48,23 +65,24 @@ EQXQ_HOST_DEVICE inline void Threefry2x32(uint32_t k0, uint32_t k1,
                                           uint32_t c0, uint32_t c1,
                                           uint32_t& out0, uint32_t& out1) {
   const uint32_t k2 = k0 ^ k1 ^ kThreefryParity;
+  const uint32_t one = OpaqueOne();
   uint32_t x0 = c0 + k0;
   uint32_t x1 = c1 + k1;
   ThreefryGroup(x0, x1, 13, 15, 26, 6);  // group 0
-  x0 += k1;
-  x1 += k2 + 1u;
+  x0 = x0 * one + k1;
+  x1 = x1 * one + (k2 + 1u);
   ThreefryGroup(x0, x1, 17, 29, 16, 24);  // group 1
-  x0 += k2;
-  x1 += k0 + 2u;
+  x0 = x0 * one + k2;
+  x1 = x1 * one + (k0 + 2u);
   ThreefryGroup(x0, x1, 13, 15, 26, 6);  // group 2
-  x0 += k0;
-  x1 += k1 + 3u;
+  x0 = x0 * one + k0;
+  x1 = x1 * one + (k1 + 3u);
   ThreefryGroup(x0, x1, 17, 29, 16, 24);  // group 3
-  x0 += k1;
-  x1 += k2 + 4u;
+  x0 = x0 * one + k1;
+  x1 = x1 * one + (k2 + 4u);
   ThreefryGroup(x0, x1, 13, 15, 26, 6);  // group 4
-  x0 += k2;
-  x1 += k0 + 5u;
+  x0 = x0 * one + k2;
+  x1 = x1 * one + (k0 + 5u);
   out0 = x0;
   out1 = x1;
 }

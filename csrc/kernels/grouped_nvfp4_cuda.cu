@@ -207,9 +207,10 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
             if (N % 2 == 0) {  // columns 2m, 2m + 1 share pairs; the whole warp
               uint32_t words[kB];
               ColumnPairWords(key0, key1, kColwiseStream, index_of, words);
-              EncodeSrWords<kB>(v, enc, words, q);
+              EncodeSrWords<kB>(v, enc, words, has_nan, q);
             } else if (live) {
-              EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of, q);
+              EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of,
+                           has_nan, q);
             }
           } else if (has_nan) {
             EncodeExact<kB>(v, enc, q);
@@ -248,7 +249,8 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           uint32_t q[4];
           if constexpr (kSr) {
             EncodeSrRun<kB>(v, enc, key0, key1, kRowwiseStream,
-                            SrIndex(i, 0, N), static_cast<uint32_t>(n0), q);
+                            SrIndex(i, 0, N), static_cast<uint32_t>(n0),
+                            has_nan, q);
           } else if (has_nan) {
             EncodeExact<kB>(v, enc, q);
           } else {

@@ -32,7 +32,10 @@
 // The loops stay loops: the fully unrolled form (panel in registers) was a
 // 15,700-instruction kernel that stalled on instruction fetch (no faster
 // than the tile kernel); this one is ~2,900 (docs/performance.md).
-// No kernel spills (ptxas -warn-spills is on in CMake).
+// No spills in the loops (ptxas -warn-spills is on in CMake). The bf16 / f16
+// SR kernels, at their cap of 128 registers, keep two values of the
+// per-example prologue in local memory (8 bytes: one store and one load per
+// example and thread, outside the loops).
 
 #include <cuda_runtime.h>
 
@@ -183,21 +186,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
         words[i] = *reinterpret_cast<const uint32_t*>(mine + i * 512 + 4 * jw);
       }
       // kSr: the SR index of row i of column sub of this step, and (column
-      // pairs) both columns' Threefry words, one call per row.
+      // pairs) both columns' Threefry words, one call per row, drawn once
+      // the first column is transformed (fewer values live during the RHT).
       auto index_of = [&](int sub, int i) {
         return sr_base + SrTerm(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub) +
                SrTerm(p.sr, p.k_axis, k0 + i);
       };
       uint32_t sr_words[kPerWord][kB];
       const bool paired = kSr && kPerWord == 2 && pair_columns;
-      if (paired) {
-#pragma unroll
-        for (int i = 0; i < kB; ++i) {
-          StochasticRoundingPair(key0, key1, index_of(0, i) >> 1,
-                                 kColwiseStream, sr_words[0][i],
-                                 sr_words[kPerWord - 1][i]);
-        }
-      }
 #pragma unroll
       for (int sub = 0; sub < kPerWord; ++sub) {
         float v[kB];
@@ -217,11 +213,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
         const float enc = enc_table[1][sdb & 127u];
         uint32_t q[4];
         if constexpr (kSr) {
+          if (paired && sub == 0) {
+#pragma unroll
+            for (int i = 0; i < kB; ++i) {
+              StochasticRoundingPair(key0, key1, index_of(0, i) >> 1,
+                                     kColwiseStream, sr_words[0][i],
+                                     sr_words[kPerWord - 1][i]);
+            }
+          }
           if (paired) {
-            EncodeSrWords<kB>(v, enc, sr_words[sub], q);
+            EncodeSrWords<kB>(v, enc, sr_words[sub], has_nan, q);
           } else {
             EncodeSr<kB>(v, enc, key0, key1, kColwiseStream,
-                         [&](int i) { return index_of(sub, i); }, q);
+                         [&](int i) { return index_of(sub, i); }, has_nan,
+                         q);
           }
         } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
@@ -273,7 +278,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
           EncodeSrRun<kVec>(
               v, enc, key0, key1, kRowwiseStream,
               sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
-              static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)), q);
+              static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)),
+              raw > kF32Inf, q);
         } else if (raw > kF32Inf) {  // this lane's elements hold the NaN
           EncodeExact<kVec>(v, enc, q);
         } else {

@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
                           : SrMulti(p.sr, 0, p.sr.n - 1, at.row);
           const uint32_t last = static_cast<uint32_t>(at.col) + last_offset;
           EncodeSrRun<kVec>(v, enc, key0, key1, kRowwiseStream, row_index,
-                            last, q);
+                            last, has_nan, q);
         } else if (has_nan) {
           EncodeExact<kVec>(v, enc, q);
         } else {
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
         const uint32_t last =
             static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, first));
         EncodeSrRun<kB>(v, enc, key0, key1, kRowwiseStream, row_index, last,
-                        q);
+                        has_nan, q);
       } else if (has_nan) {
         EncodeExact<kB>(v, enc, q);
       } else {

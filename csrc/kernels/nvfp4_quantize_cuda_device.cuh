@@ -135,22 +135,24 @@ __device__ __forceinline__ uint64_t SrMulti(const SrLayout& s, int begin,
 
 // Stochastically rounded codes of N values times `enc`; element e has the
 // global index index_of(e) (any indices: one Threefry call per element, the
-// word of its pair selected by the index's parity).
+// word of its pair selected by the index's parity). `may_have_nan`: whether
+// a value may be NaN (E2M1StochasticCodes4).
 template <int N, typename IndexOf>
 __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
                                          uint32_t key0, uint32_t key1,
                                          uint32_t stream, IndexOf index_of,
+                                         bool may_have_nan,
                                          uint32_t (&q)[N / 4]) {
 #pragma unroll
   for (int w = 0; w < N / 4; ++w) {
-    uint32_t c[4];
+    float y[4];
+    uint32_t r[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const uint32_t word =
-          StochasticRoundingWord(key0, key1, index_of(4 * w + e), stream);
-      c[e] = E2M1StochasticCode(MulRn(v[4 * w + e], enc), word);
+      r[e] = StochasticRoundingWord(key0, key1, index_of(4 * w + e), stream);
+      y[e] = MulRn(v[4 * w + e], enc);
     }
-    q[w] = Pack4(c[0], c[1], c[2], c[3]);
+    q[w] = E2M1StochasticCodes4(y, r, may_have_nan);
   }
 }
 
@@ -192,15 +194,18 @@ __device__ __forceinline__ void ColumnPairWords(uint32_t key0, uint32_t key1,
 template <int N>
 __device__ __forceinline__ void EncodeSrWords(const float (&v)[N], float enc,
                                               const uint32_t (&words)[N],
+                                              bool may_have_nan,
                                               uint32_t (&q)[N / 4]) {
 #pragma unroll
   for (int w = 0; w < N / 4; ++w) {
-    uint32_t c[4];
+    float y[4];
+    uint32_t r[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      c[e] = E2M1StochasticCode(MulRn(v[4 * w + e], enc), words[4 * w + e]);
+      y[e] = MulRn(v[4 * w + e], enc);
+      r[e] = words[4 * w + e];
     }
-    q[w] = Pack4(c[0], c[1], c[2], c[3]);
+    q[w] = E2M1StochasticCodes4(y, r, may_have_nan);
   }
 }
 
@@ -218,7 +223,7 @@ template <int N>
 __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
                                             uint32_t key0, uint32_t key1,
                                             uint32_t stream, uint64_t row,
-                                            uint32_t last,
+                                            uint32_t last, bool may_have_nan,
                                             uint32_t (&q)[N / 4]) {
   static_assert(N % 4 == 0, "whole code words");
   const uint64_t first = row + last;
@@ -228,40 +233,31 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
   if (last > 0xFFFFFFFFu - (N - 1) || lo > 0xFFFFFFFFu - N / 2) {
     EncodeSr<N>(
         v, enc, key0, key1, stream,
-        [&](int e) { return row + static_cast<uint32_t>(last + e); }, q);
+        [&](int e) { return row + static_cast<uint32_t>(last + e); },
+        may_have_nan, q);
     return;
   }
-  uint32_t c[N];
+  uint32_t words[N];
   if ((first & 1u) == 0) {
     // Element 2p: word 0 of pair p, element 2p + 1: its word 1.
 #pragma unroll
     for (int p = 0; p < N / 2; ++p) {
-      uint32_t word0;
-      uint32_t word1;
-      Threefry2x32(key0, key1, lo + p, hi, word0, word1);
-      c[2 * p] = E2M1StochasticCode(MulRn(v[2 * p], enc), word0);
-      c[2 * p + 1] = E2M1StochasticCode(MulRn(v[2 * p + 1], enc), word1);
+      Threefry2x32(key0, key1, lo + p, hi, words[2 * p], words[2 * p + 1]);
     }
   } else {
     // Element 0: word 1 of pair 0; elements 2p - 1 and 2p (p >= 1): the
     // words 0 and 1 of pair p.
     uint32_t word0;
     uint32_t word1;
-    Threefry2x32(key0, key1, lo, hi, word0, word1);
-    c[0] = E2M1StochasticCode(MulRn(v[0], enc), word1);
+    Threefry2x32(key0, key1, lo, hi, word0, words[0]);
 #pragma unroll
     for (int p = 1; p <= N / 2; ++p) {
       Threefry2x32(key0, key1, lo + p, hi, word0, word1);
-      c[2 * p - 1] = E2M1StochasticCode(MulRn(v[2 * p - 1], enc), word0);
-      if (2 * p < N) {
-        c[2 * p] = E2M1StochasticCode(MulRn(v[2 * p], enc), word1);
-      }
+      words[2 * p - 1] = word0;
+      if (2 * p < N) words[2 * p] = word1;
     }
   }
-#pragma unroll
-  for (int w = 0; w < N / 4; ++w) {
-    q[w] = Pack4(c[4 * w], c[4 * w + 1], c[4 * w + 2], c[4 * w + 3]);
-  }
+  EncodeSrWords<N>(v, enc, words, may_have_nan, q);
 }
 
 // 16 code bytes to dst[0..count): one 16-byte store when whole and aligned

@@ -19,6 +19,7 @@
 #include "common/fp8_format.h"
 #include "common/nvfp4_format.h"
 #include "common/rht.h"
+#include "common/threefry.h"
 
 // `EQXQ_NVFP4_UNROLL` for host/device functions (the host compiler does not
 // know it).
@@ -232,6 +233,24 @@ EQXQ_HOST_DEVICE inline uint32_t CeilToU32(float x) {
 #endif
 }
 
+// The word whose top byte is the stochastically rounded magnitude code of
+// `value` with the random word r (E2M1StochasticCode below: X + 2^24 - 1 -
+// (r >> 8), < 2^27); a NaN gives 7 there, like a >= 6. |value| is a
+// multiply by 1 and 4 * clamped + 2^26 a multiply-add by 4, with a 1 that
+// ptxas cannot see (OpaqueOne): FMUL and IMAD on the FMA pipe instead of
+// LOP3 and LEA on the ALU pipe, which the SR kernels' Threefry calls fill.
+EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticSum(float value, uint32_t r) {
+  constexpr uint32_t kSix = 0x40C00000u;  // bits of 6.0f
+  const uint32_t one = OpaqueOne();
+  const float a = MulRn(std::fabs(value), BitsToFloat(0x3F800000u * one));
+  const uint32_t magnitude = FloatToBits(a);  // a NaN stays a NaN
+  const uint32_t clamped = magnitude < kSix ? magnitude : kSix;
+  const uint32_t word = magnitude < 0x3F800000u  // a < 1
+                            ? CeilToU32(MulRn(a, 33554432.0f))
+                            : clamped * (4u * one) + 0x04000000u;
+  return word + (0xFFFFFFu - (r >> 8));
+}
+
 // == FloatToE2M1Stochastic(value, r) (common/nvfp4_format.h) for every value
 // and r, in about a third of the instructions. For a = |value| < 6 the grid
 // step s is 0.5 (a < 2), 1 (a < 4) or 2; the code is c + up, c = floor(a / s)
@@ -248,17 +267,38 @@ EQXQ_HOST_DEVICE inline uint32_t CeilToU32(float x) {
 //   a >= 6 (inf): a clamped to 6, X = 7 * 2^24 (t = 0: never up).
 // NaN is the NaN code.
 EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCode(float value, uint32_t r) {
-  constexpr uint32_t kSix = 0x40C00000u;  // bits of 6.0f
   const uint32_t bits = FloatToBits(value);
-  const uint32_t magnitude = bits & 0x7FFFFFFFu;
-  const uint32_t clamped = magnitude < kSix ? magnitude : kSix;
-  const uint32_t word =
-      magnitude < 0x3F800000u  // a < 1
-          ? CeilToU32(MulRn(std::fabs(value), 33554432.0f))
-          : clamped * 4u + 0x04000000u;
-  uint32_t code = (word + (0xFFFFFFu - (r >> 8))) >> 24;
+  uint32_t code = E2M1StochasticSum(value, r) >> 24;
   code |= (bits >> 28) & 0x8u;
-  return magnitude > 0x7F800000u ? uint32_t{kE2M1NanCode} : code;
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? uint32_t{kE2M1NanCode} : code;
+}
+
+// The codes of four values y (one byte each, y[0] in the low byte) with
+// their random words r: == Pack4 of E2M1StochasticCode(y[e], r[e]), in
+// about half of its instructions: the four magnitude codes are the top bytes
+// of the E2M1StochasticSum words and the signs the top bits of the values,
+// each gathered by byte permutes (3 + 3 PRMT, one shift and one LOP3 for
+// the four, where E2M1StochasticCode spends 5 instructions per value and
+// Pack4 5 more). A NaN's magnitude code is already 7; its sign bit is
+// cleared only when `may_have_nan` (the caller's block or lane holds a NaN).
+EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCodes4(const float (&y)[4],
+                                                      const uint32_t (&r)[4],
+                                                      bool may_have_nan) {
+  const uint32_t s01 = BytePerm(E2M1StochasticSum(y[0], r[0]),
+                                E2M1StochasticSum(y[1], r[1]), 0x0073u);
+  const uint32_t s23 = BytePerm(E2M1StochasticSum(y[2], r[2]),
+                                E2M1StochasticSum(y[3], r[3]), 0x0073u);
+  uint32_t q = BytePerm(s01, s23, 0x5410u) | SignBits4(y[0], y[1], y[2], y[3]);
+  if (may_have_nan) {
+    uint32_t nan_signs = 0;
+EQXQ_NVFP4_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const bool nan = (FloatToBits(y[e]) & 0x7FFFFFFFu) > 0x7F800000u;
+      nan_signs |= nan ? 0x8u << (8 * e) : 0u;
+    }
+    q &= ~nan_signs;
+  }
+  return q;
 }
 
 // ---------------------------------------------------------------------------

@@ -300,6 +300,43 @@ void CheckStochastic(bool full, Random& rng) {
   for (int i = 0; i < 1000000; ++i) around_threshold(rng.Bits());
 }
 
+// E2M1StochasticCodes4 == Pack4 of E2M1StochasticCode over words of four
+// values drawn from one pool (both signs of zeros, subnormals, grid points,
+// thresholds, >= 6, inf, NaNs of both signs, random bits), with NaNs only
+// where `may_have_nan` says so; and with it set where none is.
+void CheckStochastic4(Random& rng) {
+  const uint32_t pool[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu,
+                           0x3E800000u, 0x3E800001u, 0x3F400000u, 0x3F7FFFFFu,
+                           0x3F800000u, 0x3FA00000u, 0x40000000u, 0x40200000u,
+                           0x40600000u, 0x40A00000u, 0x40BFFFFFu, 0x40C00000u,
+                           0x40C00001u, 0x7F7FFFFFu, 0x7F800000u, 0xFF800000u,
+                           0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu};
+  constexpr int kPool = sizeof(pool) / sizeof(pool[0]);
+  for (int i = 0; i < 2000000; ++i) {
+    float y[4];
+    uint32_t r[4];
+    bool nan = false;
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t pick = rng.Bits();
+      const uint32_t b = pick % 4 == 0 ? rng.Bits()
+                                       : pool[(pick >> 2) % kPool] ^
+                                             ((pick >> 8) & 1u ? 0x80000000u : 0u);
+      y[e] = BitsToFloat(b);
+      nan = nan || (b & 0x7FFFFFFFu) > 0x7F800000u;
+      r[e] = rng.Bits();
+    }
+    const uint32_t want =
+        nv::Pack4(nv::E2M1StochasticCode(y[0], r[0]),
+                  nv::E2M1StochasticCode(y[1], r[1]),
+                  nv::E2M1StochasticCode(y[2], r[2]),
+                  nv::E2M1StochasticCode(y[3], r[3]));
+    Check(nv::E2M1StochasticCodes4(y, r, nan) == want, "stochastic4",
+          nv::E2M1StochasticCodes4(y, r, nan), want);
+    Check(nv::E2M1StochasticCodes4(y, r, true) == want, "stochastic4 nan",
+          nv::E2M1StochasticCodes4(y, r, true), want);
+  }
+}
+
 int main(int argc, char** argv) {
   const bool full = argc > 1 && std::strcmp(argv[1], "full") == 0;
   Random rng(1);
@@ -308,6 +345,7 @@ int main(int argc, char** argv) {
   CheckHalfWords(rng);
   CheckRht(rng);
   CheckStochastic(full, rng);
+  CheckStochastic4(rng);
   Check(nv::BytePerm(0x33221100u, 0x77665544u, 0x7531u) == 0x77553311u,
         "byte perm");
   Check(nv::HadamardNegativeMask(0) == 0 &&

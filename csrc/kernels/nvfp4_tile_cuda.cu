@@ -283,9 +283,10 @@ __global__ void __launch_bounds__(kThreads, kTileMinBlocks<kSr>)
           if (pair_columns) {  // the whole warp
             uint32_t words[kB];
             ColumnPairWords(key0, key1, kColwiseStream, index_of, words);
-            EncodeSrWords<kB>(v, enc, words, q);
+            EncodeSrWords<kB>(v, enc, words, has_nan, q);
           } else if (live) {
-            EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of, q);
+            EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of,
+                         has_nan, q);
           }
         } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
@@ -330,7 +331,8 @@ __global__ void __launch_bounds__(kThreads, kTileMinBlocks<kSr>)
           const uint64_t base = sr_base + SrTerm(p.sr, p.k_axis, at.k0 + r);
           const uint32_t last =
               static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l_first));
-          EncodeSrRun<kB>(v, enc, key0, key1, kRowwiseStream, base, last, q);
+          EncodeSrRun<kB>(v, enc, key0, key1, kRowwiseStream, base, last,
+                          has_nan, q);
         } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
         } else {
