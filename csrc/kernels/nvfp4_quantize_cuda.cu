@@ -66,6 +66,7 @@ using namespace nvfp4;  // NOLINT: the device helpers of this op
 
 constexpr int kThreads = 256;
 constexpr int kRowUnroll = 4;  // RowFastKernel: vectors in flight per thread
+constexpr int64_t kSrSteps = 4;  // RowFastKernel<SR>: steps per CTA
 // RowFastKernel's resident CTAs per SM (registers <= 64, <= 80 with SR).
 template <bool kSr>
 constexpr int kRowFastMinBlocks = kSr ? 3 : 4;
@@ -387,10 +388,15 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
     const int64_t vectors = p.elements / In::kVec;
     const int64_t want = CeilDiv(vectors, int64_t{kThreads} * kRowUnroll);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
-    // With stochastic rounding (ALU-bound) one CTA per step of 1024 vectors
-    // (285 vs 298 us at 8192^2); without, a persistent wave.
+    // With stochastic rounding (instruction-bound) one CTA per 4 steps of
+    // 1024 vectors: the CTA's prologue (the 128 encode multipliers, the key)
+    // was a third of a one-step CTA's instructions; 4 steps measured 207.1
+    // us at 8192^2 against 223.3 (one step) and 216.8 (a persistent wave,
+    // ~21 steps: its last CTAs leave SMs idle). Without, a persistent wave.
     return LaunchPdl(RowFastKernel<In, kSr>,
-                     dim3(GridSize(kSr ? want : std::min(want, room)), grid_y),
+                     dim3(GridSize(kSr ? CeilDiv(want, int64_t{kSrSteps})
+                                       : std::min(want, room)),
+                          grid_y),
                      stream, p,
                      "launching RowFastKernel");
   }
