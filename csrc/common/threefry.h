@@ -40,13 +40,15 @@ EQXQ_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1, int r0,
   x1 = RotateLeft32(x1, r3) ^ x0;
 }
 
-// 1, which on a CUDA device ptxas cannot prove to be 1 (the lane id >> 5),
-// so that the key injections x = x * one + k below stay integer multiply-adds
-// on the FMA pipe. Written as adds, ptxas fuses each into the next round's
-// add as a 3-input IADD3 on the ALU pipe, which the rounds' rotations and
-// xors already fill (it is half of an SM sub-partition's integer
-// throughput): 45 instead of 40 ALU instructions per call, and the SR
-// kernels are bound by that pipe (docs/performance.md). The same bits.
+// 1, which on a CUDA device ptxas cannot prove to be 1 (the lane id >> 5,
+// plus 1): arithmetic by it stays a multiply (IMAD, FMUL) on the FMA pipe
+// instead of becoming an add, mask or shift on the ALU pipe, which the SR
+// kernels fill (Threefry's rotations and xors; the ALU pipe is half of an SM
+// sub-partition's integer throughput, docs/performance.md). Here: the key
+// injections x = x * one + k, which as plain adds ptxas fused into the next
+// round's add as 3-input IADD3s (45 instead of 40 ALU instructions per
+// call); also E2M1StochasticSum (kernels/nvfp4_quantize_cuda_math.cuh). The
+// same bits.
 EQXQ_HOST_DEVICE inline uint32_t OpaqueOne() {
 #if defined(__CUDA_ARCH__)
   uint32_t lane;

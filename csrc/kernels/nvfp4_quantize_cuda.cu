@@ -394,7 +394,7 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
     // us at 8192^2 against 223.3 (one step) and 216.8 (a persistent wave,
     // ~21 steps: its last CTAs leave SMs idle). Without, a persistent wave.
     return LaunchPdl(RowFastKernel<In, kSr>,
-                     dim3(GridSize(kSr ? CeilDiv(want, int64_t{kSrSteps})
+                     dim3(GridSize(kSr ? CeilDiv(want, kSrSteps)
                                        : std::min(want, room)),
                           grid_y),
                      stream, p,

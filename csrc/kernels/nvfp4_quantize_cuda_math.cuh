@@ -252,7 +252,9 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticSum(float value, uint32_t r) {
 }
 
 // == FloatToE2M1Stochastic(value, r) (common/nvfp4_format.h) for every value
-// and r, in about a third of the instructions. For a = |value| < 6 the grid
+// and r, in about a third of the instructions (the per-value form: the
+// kernels encode four at a time with E2M1StochasticCodes4 below, which the
+// host test checks against this one). For a = |value| < 6 the grid
 // step s is 0.5 (a < 2), 1 (a < 4) or 2; the code is c + up, c = floor(a / s)
 // + (0, 2 or 4), up = (r >> 8) < t, t = ceil(frac(a / s) * 2^24) (<= 2^24).
 // With the word X = c * 2^24 + t, c + up = (X + 2^24 - 1 - (r >> 8)) >> 24:
@@ -284,6 +286,8 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCode(float value, uint32_t r) {
 EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCodes4(const float (&y)[4],
                                                       const uint32_t (&r)[4],
                                                       bool may_have_nan) {
+  // (SignBits4's byte gather, here on the sums; written out: a shared
+  // helper changed the SR kernels' instruction order, unmeasured on the GPU.)
   const uint32_t s01 = BytePerm(E2M1StochasticSum(y[0], r[0]),
                                 E2M1StochasticSum(y[1], r[1]), 0x0073u);
   const uint32_t s23 = BytePerm(E2M1StochasticSum(y[2], r[2]),
