@@ -293,6 +293,10 @@ def test_current_scaling_in_one_launch(shape, x_name, where):
 
 
 DBIAS_ROWWISE = ((eqq.QuantizeLayout.ROWWISE, True),)
+DBIAS_TRANSPOSED = (
+    (eqq.QuantizeLayout.ROWWISE_COLWISE, True),
+    (eqq.QuantizeLayout.COLWISE, True),
+)
 
 
 @pytest.mark.parametrize(
@@ -306,36 +310,38 @@ DBIAS_ROWWISE = ((eqq.QuantizeLayout.ROWWISE, True),)
         ((256, 64), "bf16", "first"),  # 4-row nodes: one warp's rows each
         ((32768, 72), "bf16", "last"),  # 512-row nodes: 4 sub-tiles merged per node
         ((131072, 8), "f32", "middle"),  # 2048-row nodes: 16 sub-tiles, 4 counter levels
+        ((8192, 1288), "bf16", "middle"),  # 2-3 sub-tiles per block (odd: a lone last step)
         ((128, 16), "f16", "last"),  # split 64 of 2 rows: not this kernel (the two-pass path)
     ],
 )
 def test_dbias_current_scaling_in_one_launch(shape, x_name, where):
-    """dbias + current scaling of one rowwise example runs as one cooperative launch (node
-    sums and amax in one read, grid sync, node 0 finished, cast); the largest |x| sits where a
-    block that casts early would show, and the node sums must equal the CPU reference's bit
-    for bit (every node, not only node 0)."""
+    """dbias + current scaling of one example runs as one cooperative launch (node sums and
+    amax in one read, grid sync, node 0 finished, cast; rowwise, transposed through a staging
+    tile, or both); the largest |x| sits where a block that casts early would show, and the
+    node sums must equal the CPU reference's bit for bit (every node, not only node 0)."""
     x = _random(shape, X_DTYPES[x_name], seed=sum(shape) + 11)
     flat = x.reshape(-1)
     position = {"first": 3, "middle": flat.size // 2 + 5, "last": flat.size - 2}[where]
     flat[position] = 1000.0
-    # With the transposed copy: the two-pass path (column tree sums, then cast + transpose).
-    _check(x, "e4m3", combos=DBIAS_ROWWISE + ((eqq.QuantizeLayout.ROWWISE_COLWISE, True),))
+    _check(x, "e4m3", combos=DBIAS_ROWWISE + DBIAS_TRANSPOSED)
     x[shape[0] // 3, : shape[1] // 2] = np.nan  # NaN nodes stay canonical NaN
     x[shape[0] - 1, -1] = np.inf
-    _check(x, "e5m2", combos=DBIAS_ROWWISE)
+    _check(x, "e5m2", combos=DBIAS_ROWWISE + DBIAS_TRANSPOSED)
 
 
+@pytest.mark.parametrize("colwise", [False, True])
 @pytest.mark.parametrize("rows", [256, 4096, 16384])
-def test_dbias_current_scaling_node_sums(rows):
+def test_dbias_current_scaling_node_sums(rows, colwise):
     """Every dbias node of the one-launch kernel (the inner primitive's split, not only the
     finished node 0) equals the oracle's tree sum of its chunk of rows, node 0 the whole
-    axis' tree, bit for bit; nodes of 4, 64 and 256 rows."""
+    axis' tree, bit for bit; nodes of 4, 64 and 256 rows; with and without the transposed
+    copy."""
     from eqx_quant._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
 
     x = _random((rows, 264), jnp.float32, seed=rows)
     x[rows // 2 + 1, 7] = np.nan  # a later node: reaches node 0 as the canonical NaN
     params = Fp8QuantizeParams(
-        q_dtype="float8_e4m3fn", flatten_axis=1, rowwise=True, colwise=False,
+        q_dtype="float8_e4m3fn", flatten_axis=1, rowwise=True, colwise=colwise,
         with_dbias=True, impl="ffi", scale_from_amax=True, dbias_split=64,
     )
     with jax.default_device(CUDA):

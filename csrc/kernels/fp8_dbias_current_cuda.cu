@@ -1,7 +1,7 @@
-// dbias + current scaling of a rowwise-only example in one cooperative launch
-// (sm_90a): the dbias node sums and the amax in one read of x, grid-wide
-// sync, scale, cast, node 0 finished. The float semantics are those of
-// fp8_quantize_cuda.cu (bit-identical to the CPU kernel).
+// dbias + current scaling of one example in one cooperative launch (sm_90a):
+// the dbias node sums and the amax in one read of x, grid-wide sync, scale,
+// cast (rowwise, transposed or both), node 0 finished. The float semantics
+// are those of fp8_quantize_cuda.cu (bit-identical to the CPU kernel).
 //
 // Applies when the dbias reduces the rows of one example (one kept row, one
 // reduced axis longer than 1) and its split leaves nodes of L = rows / split
@@ -35,6 +35,16 @@
 //   shared memory, then from x (L2 hits); then node 0 of the split := the
 //   perfect tree over its nodes (split <= 64: 8 lanes per column, each the
 //   perfect tree of split / 8 nodes, then 3 shuffles), by the last blocks.
+//   kTranspose (the transposed copy wanted, the rowwise one optional): one
+//   sub-tile per step; its FP8 bytes also go to a staging tile
+//   (StagedFp8Tile, 32 KiB for 2-byte inputs, 16 KiB for f32: it overlays
+//   the stage of count - 1, the first sub-tile cast), and after a barrier the
+//   block writes out its transpose (col[n][m], 16-byte streaming stores). The
+//   sub-tiles before the ring's come by cp.async, each issued during the step
+//   before its own into the stage that step's sub-tile leaves (those of
+//   count - 2 and count - 3, alternating), so the copy overlaps the cast and
+//   the write-out. This replaces the two-launch path (the column tree sums,
+//   then the cast + transpose) for these problems.
 //   L2 eviction priorities: the sub-tiles just before the ring's (about 60%
 //   of the L2 over all blocks) evict_last in phase 1, the other reads and
 //   phase 2's evict_first; the FP8 bytes go out with streaming stores.
@@ -49,6 +59,7 @@
 #include "common/float_narrow.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
+#include "kernels/fp8_dbias_node_sums_cuda.cuh"
 #include "kernels/fp8_quantize_cuda.h"
 #include "kernels/fp8_quantize_cuda_device.cuh"
 #include "kernels/fp8_quantize_cuda_launch.h"
@@ -58,304 +69,18 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 1024;
-constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerThread = 4;
-constexpr int kSubRows = kWarps * kRowsPerThread;  // 128
-constexpr int kSlabVectors = 32;                   // 16-byte vectors per row
-constexpr int kSubVectors = kThreads * kRowsPerThread;
-constexpr int64_t kSubBytes = int64_t{kSubVectors} * 16;  // 64 KiB
-// Shared-memory stages of phase 1's cp.async ring (kStages - 1 sub-tiles in
-// flight while one is summed); the ring keeps the block's last kStages
-// sub-tiles for phase 2.
-constexpr int kStages = 3;
-constexpr int kMaxLevels = 8;  // binary counter levels: L <= 128 * 2^8
-constexpr int kFinishLanes = 8;  // lanes per column finishing node 0
-constexpr int kQuarters = kSubRows / 32;  // 32-row quarters of a sub-tile
+using namespace dbias_current;  // NOLINT(build/namespaces)
 
-struct DbiasCastParams {
-  const void* x;
-  const float* fallback;  // the scale for an amax that is 0, NaN or Inf
-  uint8_t* row;
-  float* scale_inv;
-  float* amax;   // zeroed by InitKernel
-  float* dbias;  // split x cols node sums; node 0 finished in phase 2
-  void* dbias_cast;  // node 0 in the input type, or null
-  int64_t cols;
-  int64_t row_vectors;  // cols / kVec
-  int64_t slabs;        // ceil(row_vectors / kSlabVectors)
-  int64_t items;        // rows / max(L, 128) * slabs
-  int64_t split;        // dbias nodes (a power of two <= 64)
-  int node_groups;      // 4-row groups per node: L / 4 if L < 128, else 32
-  int node_subs_log2;   // log2 of a node's sub-tiles (0 if L <= 128)
-  uint32_t grid;        // gridDim.x (a parameter: an operand, not a register)
-  int64_t l2_tiles;     // a block's last sub-tiles read with L2 evict_last
-  bool hints;           // L2 eviction priorities (else evict_normal)
-};
-
-// A sub-tile: its place in x and in its node.
-struct SubTile {
-  int64_t row0;  // first row
-  int64_t vec0;  // first 16-byte vector of the row (slab * kSlabVectors)
-  int part;      // index of the sub-tile within its node (L > 128)
-};
-
-// The block's k-th sub-tile: sub-tile k % node_subs of its (k / node_subs)-th
-// item, the grid's item blockIdx.x + (k / node_subs) * grid (items are
-// row-major over (row run, slab)).
-__device__ __forceinline__ SubTile Locate(const DbiasCastParams& p,
-                                          int64_t k) {
-  // 32-bit division: the launcher takes this kernel only for < 2^31 items.
-  const uint32_t item = static_cast<uint32_t>(
-      blockIdx.x + (k >> p.node_subs_log2) * p.grid);
-  const int part = static_cast<int>(k & ((int64_t{1} << p.node_subs_log2) - 1));
-  const uint32_t run = item / static_cast<uint32_t>(p.slabs);
-  const int64_t slab = item - run * static_cast<uint32_t>(p.slabs);
-  return SubTile{((int64_t{run} << p.node_subs_log2) + part) * kSubRows,
-                 slab * kSlabVectors, part};
-}
-
-// Two places of a thread in a sub-tile.
-// Copies (x -> stage, phase 2's loads and FP8 stores): warp w moves rows
-// 4w .. 4w + 3, lane l vector l of the slab (a warp instruction: 512
-// contiguous bytes of one row).
-// Sums (phase 1, reading the stage): warp w takes the 4 vectors 4 (w % 8) ..
-// of the slab in rows 32 (w / 8) .. + 31 (its quarter of the 128 rows), lane
-// l the vector 4 (w % 8) + l / 8 in row group 8 (w / 8) + l % 8 (rows 4 x
-// that .. + 3): the 8 row groups of a vector in a quarter are 8 neighbouring
-// lanes, whose perfect tree is 3 shuffle levels.
-// (Copying in the sums' order, 8 rows x 64 bytes per warp instruction, made
-// the kernel twice as slow.)
-__device__ __forceinline__ int SumVector() {
-  return 4 * (static_cast<int>(threadIdx.x) / 32 % 8) +
-         static_cast<int>(threadIdx.x) % 32 / 8;
-}
-__device__ __forceinline__ int SumRowGroup() {
-  return 8 * (static_cast<int>(threadIdx.x) / 256) +
-         static_cast<int>(threadIdx.x) % 8;
-}
-
-// Slot of (row group g, vector v, row r of the group) in a stage, in 16-byte
-// units: vectors XOR-swizzled by g % 8, so that the 8 lanes of a sum thread's
-// row groups read 8 distinct bank groups (and a copy warp's 32 vectors are a
-// permutation of one row's slots).
-__device__ __forceinline__ int StageSlot(int g, int v, int r) {
-  return r * kThreads + g * kSlabVectors + (v ^ (g % 8));
-}
-__device__ __forceinline__ int CopySlot(int r) {
-  return StageSlot(static_cast<int>(threadIdx.x) / 32,
-                   static_cast<int>(threadIdx.x) % 32, r);
-}
-
-// This copy thread's vector column of the sub-tile is inside the rows.
-__device__ __forceinline__ bool LiveColumn(const DbiasCastParams& p,
-                                           const SubTile& t) {
-  return t.vec0 + threadIdx.x % 32 < p.row_vectors;
-}
-
-// The index in x (in 16-byte vectors) of this copy thread's vector in the
-// first of its kRowsPerThread rows of sub-tile t; the others follow
-// row_vectors apart.
-__device__ __forceinline__ int64_t FirstVector(const DbiasCastParams& p,
-                                               const SubTile& t) {
-  return (t.row0 + (threadIdx.x / 32) * kRowsPerThread) * p.row_vectors +
-         t.vec0 + threadIdx.x % 32;
-}
-
-// cp.async of this copy thread's vectors of sub-tile t into `stage` (its
-// slots CopySlot(r); zeros for a column past the rows' end).
-__device__ __forceinline__ void CopySub(const DbiasCastParams& p,
-                                        const SubTile& t, uint64_t policy,
-                                        uint4* stage) {
-  const uint4* x = static_cast<const uint4*>(p.x);
-  const bool live = LiveColumn(p, t);
-  const int64_t first = FirstVector(p, t);
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    const uint4* src = live ? x + first + r * p.row_vectors : x;
-    AsyncCopy16(stage + CopySlot(r), src, live, policy);
-  }
-}
-
-__device__ __forceinline__ void LoadSub(const DbiasCastParams& p,
-                                        const SubTile& t, uint64_t policy,
-                                        uint4 (&raw)[kRowsPerThread]) {
-  const uint4* x = static_cast<const uint4*>(p.x);
-  const bool live = LiveColumn(p, t);
-  const int64_t first = FirstVector(p, t);
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    raw[r] = live ? LoadStreaming(x + first + r * p.row_vectors, policy)
-                  : make_uint4(0u, 0u, 0u, 0u);
-  }
-}
-
-// Phase 1 for one sub-tile held in raw: the amax and this thread's 4-row
-// sums (the perfect subtree of its row group) per column of its vector.
-template <typename In>
-__device__ __forceinline__ void SumRows(const uint4 (&raw)[kRowsPerThread],
-                                        float& amax, float (&s)[In::kVec]) {
-  constexpr int kVec = In::kVec;
-  float v[kRowsPerThread][kVec];
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    In::Unpack(raw[r], v[r]);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(v[r][e]));
-  }
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) {
-    s[e] = __fadd_rn(__fadd_rn(v[0][e], v[1][e]), __fadd_rn(v[2][e], v[3][e]));
-  }
-}
-
-__device__ __forceinline__ void StoreNode(const DbiasCastParams& p,
-                                          int64_t node, int64_t col,
-                                          float value) {
-  p.dbias[node * p.cols + col] = CanonicalNan(value);
-}
-
-template <int kVec>
-__device__ __forceinline__ void StoreNodeVector(const DbiasCastParams& p,
-                                                int64_t node, int64_t col0,
-                                                const float (&s)[kVec]) {
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) StoreNode(p, node, col0 + e, s[e]);
-}
-
-// The perfect tree of the warp's 8 row groups of each vector (32 rows), in
-// 3 shuffle levels (1, 2, 4 lanes apart; an IEEE sum is commutative, so both
-// lanes of a pair hold the same bits). Nodes of 4..32 rows are stored at
-// their level by their first lane; for larger nodes lane l % 8 == 0 puts the
-// 32-row sums in quarters[quarter][slab column] (uniform branches: the node
-// size is the launch's).
-template <int kVec>
-__device__ __forceinline__ void WarpTree(const DbiasCastParams& p,
-                                         const SubTile& t, bool live,
-                                         float (&s)[kVec], float* quarters) {
-  const int groups = p.node_groups;
-  const int rg = static_cast<int>(threadIdx.x) % 8;
-  const int64_t group = t.row0 / kRowsPerThread + SumRowGroup();
-  const int64_t col0 = (t.vec0 + SumVector()) * kVec;
-  if (groups == 1) {
-    if (live) StoreNodeVector<kVec>(p, group, col0, s);
-    return;
-  }
-#pragma unroll
-  for (int d = 1; d <= 4; d *= 2) {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      s[e] = __fadd_rn(s[e], __shfl_xor_sync(0xFFFFFFFFu, s[e], d));
-    }
-    if (groups == 2 * d) {
-      if (live && rg % (2 * d) == 0) {
-        StoreNodeVector<kVec>(p, group / (2 * d), col0, s);
-      }
-      return;
-    }
-  }
-  if (rg == 0) {
-    float* dst = quarters + (threadIdx.x / 256) * (kSlabVectors * kVec) +
-                 SumVector() * kVec;
-#pragma unroll
-    for (int e = 0; e < kVec; e += 4) {
-      *reinterpret_cast<float4*>(dst + e) =
-          make_float4(s[e], s[e + 1], s[e + 2], s[e + 3]);
-    }
-  }
-}
-
-// One thread per slab column c (< the slab's live columns), for nodes of 64
-// rows or more: the sub-tile's 4 quarter sums as its 2 nodes of 64 rows, or
-// its 128-row sum; for L >= 256 that sum is merged into the node's binary
-// counter (the pending left siblings per level, in the registers of the
-// column's thread: the same thread takes column c of every sub-tile of its
-// block).
-__device__ __forceinline__ void FinishSubTile(const DbiasCastParams& p,
-                                              const SubTile& t, int64_t col,
-                                              const float* quarters,
-                                              int quarter_stride,
-                                              float (&pending)[kMaxLevels]) {
-  const float low = __fadd_rn(quarters[0], quarters[quarter_stride]);
-  const float high =
-      __fadd_rn(quarters[2 * quarter_stride], quarters[3 * quarter_stride]);
-  if (p.node_groups == 16) {
-    StoreNode(p, t.row0 / 64, col, low);
-    StoreNode(p, t.row0 / 64 + 1, col, high);
-    return;
-  }
-  float sum = __fadd_rn(low, high);
-  // Binary counter over the node's sub-tiles (a perfect tree: their count is
-  // a power of two): merge with the pending left siblings of the levels below
-  // the first 0 bit of `part`, lowest first. Unrolled with constant indices,
-  // so that `pending` stays in registers.
-  const int level = __ffs(~t.part) - 1;
-#pragma unroll
-  for (int l = 0; l < kMaxLevels; ++l) {
-    if (l < level) sum = __fadd_rn(pending[l], sum);
-  }
-  if (level == p.node_subs_log2) {
-    StoreNode(p, t.row0 / (int64_t{kSubRows} << p.node_subs_log2), col, sum);
-  } else {
-#pragma unroll
-    for (int l = 0; l < kMaxLevels; ++l) {
-      if (l == level) pending[l] = sum;
-    }
-  }
-}
-
-// Node 0 of the split := the perfect tree over all `split` nodes, per column:
-// 8 lanes of the grid's threads take a column, lane i the perfect tree of
-// nodes [i * per, (i + 1) * per) (per = split / 8, or 1 with split / 8 lanes
-// when split < 8; missing nodes are -0.0, the identity, at the end), then a
-// shuffle tree over the 8 lanes in order. Run after the block's cast: the
-// columns go to the blocks from the last one down, which have one sub-tile
-// fewer to cast when the items do not divide evenly (blockIdx.x >= items %
-// gridDim.x), so the work fills their idle end instead of delaying the
-// others' cast (at the start of phase 2 it cost the op 1.2-3 us). With
-// `cast` (not null), node 0 also goes there in the input type `type`.
-__device__ __forceinline__ void FinishNodeZero(float* dbias, void* cast,
-                                               InputType type, int64_t cols,
-                                               int64_t split) {
-  const int lane = threadIdx.x % kFinishLanes;
-  const int per =
-      split > kFinishLanes ? static_cast<int>(split / kFinishLanes) : 1;
-  const unsigned group = 0xFFu << (threadIdx.x % 32 & ~7);
-  const int64_t stride = int64_t{gridDim.x} * (kThreads / kFinishLanes);
-  const int64_t block = gridDim.x - 1 - blockIdx.x;
-  // Whole aligned 8-lane groups run each column or leave together.
-  for (int64_t col = (block * kThreads + threadIdx.x) / kFinishLanes;
-       col < cols; col += stride) {
-    float v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int64_t node = int64_t{lane} * per + i;
-      v[i] = i < per && node < split ? __ldcg(dbias + node * cols + col)
-                                       : -0.0f;
-    }
-    PairwiseTree<8>(v);
-    float sum = v[0];
-#pragma unroll
-    for (int d = 1; d < kFinishLanes; d *= 2) {
-      const float right = __shfl_down_sync(group, sum, d, kFinishLanes);
-      if (lane % (2 * d) == 0) sum = __fadd_rn(sum, right);
-    }
-    // Every lane has read its nodes (the shuffles above) before node 0 is
-    // overwritten.
-    if (lane == 0) {
-      const float total = CanonicalNan(sum);
-      dbias[col] = total;
-      if (cast != nullptr) StoreNarrowed(type, cast, col, total);
-    }
-  }
-}
-
-template <typename In, Fp8Format kFormat>
+// The cast of sub-tile t held in raw: the rowwise bytes (unless p.row is
+// null) and, kTranspose, this copy thread's words in the staging tile of the
+// sub-tile's transposed write-out.
+template <typename In, Fp8Format kFormat, bool kTranspose>
 __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
                                         const SubTile& t,
                                         const uint4 (&raw)[kRowsPerThread],
-                                        float scale) {
+                                        float scale, uint32_t* staging) {
   constexpr int kVec = In::kVec;
+  using Staged = StagedFp8Tile<kSlabVectors * kVec>;
   if (!LiveColumn(p, t)) return;
   const int64_t first = FirstVector(p, t);
 #pragma unroll
@@ -364,7 +89,14 @@ __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
     In::Unpack(raw[r], v);
     uint32_t q[kVec / 4];
     CastVec<kFormat>(v, scale, q);
-    StoreCastWords(p.row + (first + r * p.row_vectors) * kVec, q);
+    if (!kTranspose || p.row != nullptr) {
+      StoreCastWords(p.row + (first + r * p.row_vectors) * kVec, q);
+    }
+    if constexpr (kTranspose) {
+      const int row = static_cast<int>(threadIdx.x) / 32 * kRowsPerThread + r;
+      const int word = static_cast<int>(threadIdx.x) % 32 * (kVec / 4);
+      StageCastWords(&staging[Staged::Staged(row, word)], q);
+    }
   }
 }
 
@@ -386,7 +118,7 @@ __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
   }
 }
 
-template <typename In, Fp8Format kFormat>
+template <typename In, Fp8Format kFormat, bool kTranspose>
 __global__ void __launch_bounds__(kThreads, 1)
     DbiasCurrentCastKernel(const __grid_constant__ DbiasCastParams p) {
   constexpr int kSlabCols = kSlabVectors * In::kVec;
@@ -479,19 +211,58 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = ScaleFromAmax(__ldcg(p.amax), *p.fallback, kFormat);
   if (blockIdx.x == 0 && tid == 0) *p.scale_inv = ScaleInverse(scale);
   const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
-  for (int64_t k = count - 1; k >= 0; k -= kPerStep) {
-    uint4 a[kRowsPerThread];
-    uint4 b[kRowsPerThread];
-    const SubTile ta = sub(k);
-    FetchSub(p, stages, k, count, ta, drop_policy, a);
-    const bool second = kPerStep == 2 && k >= 1;
-    SubTile tb{};
-    if (second) {
-      tb = sub(k - 1);
-      FetchSub(p, stages, k - 1, count, tb, drop_policy, b);
+  if constexpr (kTranspose) {
+    // One sub-tile per step, last-read first: the ring's from their stages,
+    // each other one copied by cp.async during the step before it into the
+    // stage that step's sub-tile leaves (the stages of count - 2 and
+    // count - 3, alternating). The staging tile is the stage of count - 1
+    // (the first one cast).
+    using Staged = StagedFp8Tile<kSlabCols>;
+    static_assert(Staged::kStagingWords * 4 <= kSubBytes,
+                  "the staging tile fits in a stage");
+    auto stage_of = [&](int64_t k) {
+      const int64_t ring =
+          k >= count - kStages ? k : count - 2 - ((count - 2 - k) & 1);
+      return stages + (ring % kStages) * kSubVectors;
+    };
+    uint32_t* staging = reinterpret_cast<uint32_t*>(
+        count > 0 ? stage_of(count - 1) : stages);
+    for (int64_t k = count - 1; k >= 0; --k) {
+      if (k < count - kStages) AsyncWaitGroup<0>();  // this thread's copies of k
+      const uint4* from = stage_of(k);
+      uint4 raw[kRowsPerThread];
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) raw[r] = from[CopySlot(r)];
+      // Every thread has read stage k (for count - 1: the staging tile from
+      // now on), and the last step's staging tile is written out.
+      __syncthreads();
+      if (k >= 1 && k - 1 < count - kStages) {
+        CopySub(p, sub(k - 1), drop_policy, stage_of(k - 1));
+        AsyncCommit();
+      }
+      const SubTile t = sub(k);
+      CastSub<In, kFormat, true>(p, t, raw, scale, staging);
+      __syncthreads();
+      for (int unit = tid; unit < Staged::kUnits; unit += kThreads) {
+        Staged::template WriteTransposedUnit<true>(
+            staging, unit, p.col, p.rows, p.cols, t.row0, t.vec0 * In::kVec);
+      }
     }
-    CastSub<In, kFormat>(p, ta, a, scale);
-    if (second) CastSub<In, kFormat>(p, tb, b, scale);
+  } else {
+    for (int64_t k = count - 1; k >= 0; k -= kPerStep) {
+      uint4 a[kRowsPerThread];
+      uint4 b[kRowsPerThread];
+      const SubTile ta = sub(k);
+      FetchSub(p, stages, k, count, ta, drop_policy, a);
+      const bool second = kPerStep == 2 && k >= 1;
+      SubTile tb{};
+      if (second) {
+        tb = sub(k - 1);
+        FetchSub(p, stages, k - 1, count, tb, drop_policy, b);
+      }
+      CastSub<In, kFormat, false>(p, ta, a, scale, nullptr);
+      if (second) CastSub<In, kFormat, false>(p, tb, b, scale, nullptr);
+    }
   }
   FinishNodeZero(p.dbias, p.dbias_cast, In::kType, p.cols, p.split);
 }
@@ -509,21 +280,23 @@ int Log2(int64_t n) {
   return k;
 }
 
-template <typename In, Fp8Format kFormat>
+template <typename In, Fp8Format kFormat, bool kTranspose>
 LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
                       const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
                       int sms) {
-  auto* kernel = &DbiasCurrentCastKernel<In, kFormat>;
+  auto* kernel = &DbiasCurrentCastKernel<In, kFormat, kTranspose>;
   constexpr int64_t kSlabCols = int64_t{kSlabVectors} * In::kVec;
   const int64_t node_rows = problem.rows / problem.dbias_split;
   DbiasCastParams p;
   p.x = buffers.x;
   p.fallback = buffers.scale;
-  p.row = buffers.row;
+  p.row = problem.rowwise ? buffers.row : nullptr;
+  p.col = kTranspose ? buffers.col : nullptr;
   p.scale_inv = buffers.scale_inv;
   p.amax = buffers.amax;
   p.dbias = buffers.dbias;
   p.dbias_cast = problem.dbias_cast ? buffers.dbias_cast : nullptr;
+  p.rows = problem.rows;
   p.cols = problem.cols;
   p.row_vectors = problem.cols / In::kVec;
   p.slabs = (p.row_vectors + kSlabVectors - 1) / kSlabVectors;
@@ -568,10 +341,10 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
 bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers) {
   const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
-  if (!TreeSumsApply(problem) || problem.batch != 1 || !problem.rowwise ||
-      problem.colwise || problem.cols % vec != 0 ||
-      problem.dbias_split > kMaxDbiasSplit || !Aligned16(buffers.x) ||
-      !Aligned16(buffers.row)) {
+  if (!TreeSumsApply(problem) || problem.batch != 1 ||
+      problem.cols % vec != 0 || problem.dbias_split > kMaxDbiasSplit ||
+      !Aligned16(buffers.x) || (problem.rowwise && !Aligned16(buffers.row)) ||
+      (problem.colwise && !Aligned16(buffers.col))) {
     return false;
   }
   const int64_t node_rows = problem.rows / problem.dbias_split;
@@ -586,8 +359,11 @@ LaunchStatus LaunchDbiasCurrentCast(const Fp8QuantizeProblem& problem,
                                     const Fp8QuantizeBuffers& buffers,
                                     cudaStream_t stream, int sms) {
   return DispatchTypes(problem, [&](auto input, auto format) {
-    return LaunchOf<decltype(input), decltype(format)::value>(
-        problem, buffers, stream, sms);
+    using In = decltype(input);
+    constexpr Fp8Format kFormat = decltype(format)::value;
+    return problem.colwise
+               ? LaunchOf<In, kFormat, true>(problem, buffers, stream, sms)
+               : LaunchOf<In, kFormat, false>(problem, buffers, stream, sms);
   });
 }
 

@@ -48,11 +48,12 @@
 //          cooperative launch after (1): its amax pass (the block's tiles
 //          last first, the first ones kept in L2), grid-wide sync, scale,
 //          cast + transpose (CurrentTransposeTileKernel for whole tiles);
-//        * with dbias of a rowwise-only single example over one reduced axis
-//          whose nodes are 2^k >= 4 rows (rows % 128 == 0):
+//        * with dbias of a single example over one reduced axis whose nodes
+//          are 2^k >= 4 rows (rows % 128 == 0), rowwise and/or transposed:
 //          DbiasCurrentCastKernel (fp8_dbias_current_cuda.cu), one
 //          cooperative launch after (1): node sums and amax in one read,
-//          grid-wide sync, node 0 finished, scale, cast (as above);
+//          grid-wide sync, node 0 finished, scale, cast (as above; the
+//          transposed copy through a staging tile);
 //        * otherwise with dbias over one reduced axis: the dbias node sums and the
 //          amax in one pass (LaunchColumnTreeSums: the grouped dbias kernel
 //          over equal chunks of rows), then the main kernel of (2) without

@@ -1,7 +1,8 @@
 // Device helpers of the FP8 tensor-scaling CUDA kernels (fp8_quantize_cuda.cu,
-// fp8_walk_cuda.cu, fp8_current_cuda.cu): input element types, the FP8
-// convert, streaming loads, block max and amax publication, programmatic
-// dependent launch, and the per-example scale. Included by .cu files only.
+// fp8_walk_cuda.cu, fp8_current_cuda.cu, fp8_transpose_cuda.cu,
+// fp8_dbias_current_cuda.cu): input element types, the FP8 convert, streaming
+// loads, block max and amax publication, programmatic dependent launch, the
+// per-example scale, and the staged FP8 tile of the transposed copies. Included by .cu files only.
 // The float semantics are those stated at the top of fp8_quantize_cuda.cu.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_DEVICE_CUH_
@@ -246,6 +247,52 @@ __device__ __forceinline__ float ExampleScale(const float* scale,
 __device__ __forceinline__ float ScaleInverse(float scale) {
   return CanonicalNan(__frcp_rn(scale));
 }
+
+// ---------------------------------------------------------------------------
+// A tile of FP8 bytes staged in shared memory for its transposed write-out
+// (fp8_transpose_cuda.cu, fp8_dbias_current_cuda.cu): kStagedRows rows of
+// kCols bytes (128 or 256), written in rows by the cast, read in units of 16
+// rows x 4 columns by the write-out.
+
+constexpr int kStagedRows = 128;
+
+template <int kCols>
+struct StagedFp8Tile {
+  static constexpr int kWords = kCols / 4;  // 4-byte words of a staged row
+  static constexpr int kUnits = kWords * (kStagedRows / 16);
+  static constexpr int kStagingWords = kStagedRows * kWords;
+  // Word index in the staging tile of (tile row, 4-byte word): the 16-row
+  // blocks 0..7 of one word go to 8 distinct groups of 4 banks.
+  static __device__ __forceinline__ int Staged(int row, int word) {
+    return row * kWords + (word ^ (4 * ((row >> 4) & 7)));
+  }
+  // Write-out unit `unit` (< kUnits) of the tile at (m0, n0) of an example
+  // whose transposed copy is col[n][m] (rows bytes per n): 16 word loads, a
+  // 4x4 byte transpose per 4 rows, 4 16-byte streaming stores. The 8 units of
+  // a 4-column group (neighbouring lanes) write whole 128-byte lines of its 4
+  // output rows. kBounded: columns n >= cols are skipped (the tile's rows are
+  // all inside the tensor).
+  template <bool kBounded>
+  static __device__ __forceinline__ void WriteTransposedUnit(
+      const uint32_t* staging, int unit, uint8_t* col, int64_t rows,
+      int64_t cols, int64_t m0, int64_t n0) {
+    const int block = unit % (kStagedRows / 16);
+    const int group = unit / (kStagedRows / 16);
+    uint32_t w[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) w[k] = staging[Staged(16 * block + k, group)];
+    uint32_t out[4][4];
+    Transpose16x4(w, out);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t n = n0 + 4 * group + q;
+      if (!kBounded || n < cols) {
+        StoreStreaming16(col + n * rows + m0 + 16 * block,
+                         make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]));
+      }
+    }
+  }
+};
 
 }  // namespace eqx_quant::cuda::fp8
 

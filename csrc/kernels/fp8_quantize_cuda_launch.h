@@ -192,8 +192,9 @@ bool CurrentCastApplies(const Fp8QuantizeProblem& problem,
 LaunchStatus LaunchCurrentCast(const Fp8QuantizeProblem& problem,
                                const Fp8QuantizeBuffers& buffers,
                                cudaStream_t stream, int sms);
-// dbias + current scaling of a rowwise-only example in one cooperative launch
-// (fp8_dbias_current_cuda.cu), dbias node 0 finished included;
+// dbias + current scaling of one example (rowwise and/or transposed) in one
+// cooperative launch (fp8_dbias_current_cuda.cu), dbias node 0 finished
+// included;
 // DbiasCurrentCastApplies says when it can run.
 bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers);

@@ -82,18 +82,11 @@ struct TransposeParams {
 // The shape of a tile staged in shared memory: kTileRows x kCols (128 or
 // 256) columns on kCols threads (CastTransposeKernel: kTileCols).
 template <int kCols>
-struct StagedTile {
+struct StagedTile : StagedFp8Tile<kCols> {
   static constexpr int kThreads = kCols;
-  static constexpr int kWords = kCols / 4;  // 4-byte words of a staged row
-  static constexpr int kUnits = kWords * (kTileRows / 16);
   static constexpr int kBlocksPerSm = 1024 / kThreads;
-  static constexpr int kStagingWords = kTileRows * kWords;
-  // Word index in the staging tile of (tile row, 4-byte word): the 16-row
-  // blocks 0..7 of one word go to 8 distinct groups of 4 banks.
-  static __device__ __forceinline__ int Staged(int row, int word) {
-    return row * kWords + (word ^ (4 * ((row >> 4) & 7)));
-  }
 };
+static_assert(kTileRows == kStagedRows, "the staged tiles' rows");
 
 // CastTransposeKernel's staging (64 registers, 16 KiB staging per block).
 using Tile = StagedTile<kTileCols>;
@@ -322,19 +315,8 @@ __device__ __forceinline__ float CastTransposeWholeTile(
   // Transposed write-out: col[n][m] of this example.
 #pragma unroll
   for (int unit = tid; unit < Shape::kUnits; unit += Shape::kThreads) {
-    const int block = unit % (kTileRows / 16);
-    const int group = unit / (kTileRows / 16);
-    uint32_t w[16];
-#pragma unroll
-    for (int k = 0; k < 16; ++k) w[k] = staging[Shape::Staged(16 * block + k, group)];
-    uint32_t out[4][4];
-    Transpose16x4(w, out);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int64_t n = n0 + 4 * group + q;
-      StoreStreaming16(col + n * rows + m0 + 16 * block,
-                       make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]));
-    }
+    Shape::template WriteTransposedUnit<false>(staging, unit, col, rows, cols,
+                                               m0, n0);
   }
   return amax;
 }

@@ -32,10 +32,8 @@
 // The loops stay loops: the fully unrolled form (panel in registers) was a
 // 15,700-instruction kernel that stalled on instruction fetch (no faster
 // than the tile kernel); this one is ~2,900 (docs/performance.md).
-// No spills in the loops (ptxas -warn-spills is on in CMake). The bf16 / f16
-// SR kernels, at their cap of 128 registers, keep two values of the
-// per-example prologue in local memory (8 bytes: one store and one load per
-// example and thread, outside the loops).
+// No spills and no local memory (ptxas -warn-spills is on in CMake); the SR
+// kernels are at their cap of 128 registers (2 CTAs per SM).
 
 #include <cuda_runtime.h>
 
@@ -213,15 +211,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
         const float enc = enc_table[1][sdb & 127u];
         uint32_t q[4];
         if constexpr (kSr) {
-          if (paired && sub == 0) {
-#pragma unroll
-            for (int i = 0; i < kB; ++i) {
-              StochasticRoundingPair(key0, key1, index_of(0, i) >> 1,
-                                     kColwiseStream, sr_words[0][i],
-                                     sr_words[kPerWord - 1][i]);
-            }
-          }
+          // (One branch for the pair's draw and encode: as two branches on
+          // `paired` it compiled to ~60 more instructions and local memory.)
           if (paired) {
+            if (sub == 0) {
+#pragma unroll
+              for (int i = 0; i < kB; ++i) {
+                StochasticRoundingPair(key0, key1, index_of(0, i) >> 1,
+                                       kColwiseStream, sr_words[0][i],
+                                       sr_words[kPerWord - 1][i]);
+              }
+            }
             EncodeSrWords<kB>(v, enc, sr_words[sub], has_nan, q);
           } else {
             EncodeSr<kB>(v, enc, key0, key1, kColwiseStream,
