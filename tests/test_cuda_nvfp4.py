@@ -172,6 +172,9 @@ SHAPES = [
     ((208, 5, 112), -2, "f32", ("rht",)),
     ((8192, 1024), -1, "bf16", ("1d", "rht")),
     ((4096, 4096), -1, "bf16", ("1d", "2d", "sr")),
+    # RowFastKernel<SR> takes up to 4 steps per CTA, fewer when that would leave SMs idle: here
+    # 3-4 steps per CTA (1296 steps) with a partial last step (1326510 vectors)
+    ((2601, 4080), -1, "bf16", ("sr",)),
 ]
 CASES = [(s, fa, x, m) for s, fa, x, modes in SHAPES for m in modes]
 

@@ -392,9 +392,14 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
     // 1024 vectors: the CTA's prologue (the 128 encode multipliers, the key)
     // was a third of a one-step CTA's instructions; 4 steps measured 207.1
     // us at 8192^2 against 223.3 (one step) and 216.8 (a persistent wave,
-    // ~21 steps: its last CTAs leave SMs idle). Without, a persistent wave.
+    // ~21 steps: its last CTAs leave SMs idle). Fewer steps per CTA where
+    // 4 would leave resident slots empty (1024^2: 32 CTAs on 132 SMs), so
+    // that a small input still fills one wave. Without SR, a persistent
+    // wave.
+    const int64_t steps = std::clamp<int64_t>(CeilDiv(want, room), 1,
+                                              kSrSteps);  // per CTA, SR
     return LaunchPdl(RowFastKernel<In, kSr>,
-                     dim3(GridSize(kSr ? CeilDiv(want, kSrSteps)
+                     dim3(GridSize(kSr ? CeilDiv(want, steps)
                                        : std::min(want, room)),
                           grid_y),
                      stream, p,
