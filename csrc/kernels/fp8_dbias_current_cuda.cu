@@ -108,11 +108,7 @@ __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
                                          uint64_t policy,
                                          uint4 (&raw)[kRowsPerThread]) {
   if (k >= count - kStages) {
-    const uint4* stage = stages + (k % kStages) * kSubVectors;
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      raw[r] = stage[CopySlot(r)];
-    }
+    ReadCopySlots(stages + (k % kStages) * kSubVectors, raw);
   } else {
     LoadSub(p, t, policy, raw);
   }
@@ -229,10 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         count > 0 ? stage_of(count - 1) : stages);
     for (int64_t k = count - 1; k >= 0; --k) {
       if (k < count - kStages) AsyncWaitGroup<0>();  // this thread's copies of k
-      const uint4* from = stage_of(k);
       uint4 raw[kRowsPerThread];
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) raw[r] = from[CopySlot(r)];
+      ReadCopySlots(stage_of(k), raw);
       // Every thread has read stage k (for count - 1: the staging tile from
       // now on), and the last step's staging tile is written out.
       __syncthreads();

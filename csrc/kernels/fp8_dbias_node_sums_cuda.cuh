@@ -17,6 +17,7 @@
 #include "kernels/fp8_quantize_cuda_device.cuh"
 
 namespace eqx_quant::cuda::fp8::dbias_current {
+
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerThread = 4;
@@ -136,6 +137,14 @@ __device__ __forceinline__ void CopySub(const DbiasCastParams& p,
     const uint4* src = live ? x + first + r * p.row_vectors : x;
     AsyncCopy16(stage + CopySlot(r), src, live, policy);
   }
+}
+
+// This copy thread's vectors of the sub-tile in `stage` (its slots
+// CopySlot(r), as CopySub put them).
+__device__ __forceinline__ void ReadCopySlots(const uint4* stage,
+                                              uint4 (&raw)[kRowsPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) raw[r] = stage[CopySlot(r)];
 }
 
 __device__ __forceinline__ void LoadSub(const DbiasCastParams& p,

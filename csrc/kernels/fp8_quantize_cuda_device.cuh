@@ -2,7 +2,8 @@
 // fp8_walk_cuda.cu, fp8_current_cuda.cu, fp8_transpose_cuda.cu,
 // fp8_dbias_current_cuda.cu): input element types, the FP8 convert, streaming
 // loads, block max and amax publication, programmatic dependent launch, the
-// per-example scale, and the staged FP8 tile of the transposed copies. Included by .cu files only.
+// per-example scale, and the staged FP8 tile of the transposed copies.
+// Included by .cu files only.
 // The float semantics are those stated at the top of fp8_quantize_cuda.cu.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_FP8_QUANTIZE_CUDA_DEVICE_CUH_
