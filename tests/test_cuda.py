@@ -269,21 +269,29 @@ TWO_PASS = ((eqq.QuantizeLayout.ROWWISE, True), (eqq.QuantizeLayout.ROWWISE_COLW
 @pytest.mark.parametrize(
     "shape,x_name,where",
     [
-        ((4096, 4096), "bf16", "last"),  # every block keeps part in shared memory, re-reads the rest
+        # Rowwise: 64 KiB tiles (every block keeps 3 in shared memory, re-reads the rest) ...
+        ((4096, 4096), "bf16", "last"),
+        ((2304, 1024), "f32", "middle"),  # ... 144 tiles: 12 blocks with two
+        # ... or 16 KiB tiles where 64 KiB ones would leave over half the SMs idle: 516
+        # tiles (3 kept, one re-read), 17 tiles, one tile of one vector.
         ((2048, 1032), "f32", "first"),
         ((513, 1024), "f16", "middle"),
-        ((1, 8), "bf16", "last"),  # one block, one vector
-        ((4096, 8200), "f16", "first"),  # transposed: ~2 tiles per block, a partial tile column
-        ((1024, 2048), "f16", "middle"),  # transposed: whole tiles of 128 x 256
-        ((384, 256), "f32", "last"),  # whole tiles, fewer tiles than blocks
-        ((640, 384), "bf16", "first"),  # whole tiles of 128 x 128 (384 % 256 != 0)
+        ((1, 8), "bf16", "last"),
+        # Transposed with two 128-row sub-tiles per SM: the ring of DbiasCurrentCastKernel
+        # without the sums (a partial last slab of one vector; f32: of 8 vectors) ...
+        ((4096, 8200), "f16", "first"),
+        ((4096, 1056), "f32", "last"),
+        # ... else whole tiles of 128 x 256, of 128 x 128, fewer tiles than blocks.
+        ((1024, 2048), "f16", "middle"),
+        ((640, 384), "bf16", "first"),
+        ((384, 256), "f32", "last"),
     ],
 )
 def test_current_scaling_in_one_launch(shape, x_name, where):
     """Current scaling of one example runs as one cooperative launch (amax, grid sync, scale,
-    cast; with the transposed copy too, CastTransposeKernel's amax pass in front); the largest
-    |x| sits in the first, a middle or the last block's range, so a block that casts before
-    the grid-wide amax is final would show."""
+    cast; with the transposed copy too); the largest |x| sits in the first, a middle or the
+    last block's range, so a block that casts before the grid-wide amax is final would
+    show."""
     x = _random(shape, X_DTYPES[x_name], seed=sum(shape))
     flat = x.reshape(-1)
     position = {"first": 3, "middle": flat.size // 2 + 5, "last": flat.size - 2}[where]

@@ -37,17 +37,24 @@
 //   perfect tree of split / 8 nodes, then 3 shuffles), by the last blocks.
 //   kTranspose (the transposed copy wanted, the rowwise one optional): one
 //   sub-tile per step; its FP8 bytes also go to a staging tile
-//   (StagedFp8Tile, 32 KiB for 2-byte inputs, 16 KiB for f32: it overlays
-//   the stage of count - 1, the first sub-tile cast), and after a barrier the
-//   block writes out its transpose (col[n][m], 16-byte streaming stores). The
-//   sub-tiles before the ring's come by cp.async, each issued during the step
-//   before its own into the stage that step's sub-tile leaves (those of
-//   count - 2 and count - 3, alternating), so the copy overlaps the cast and
-//   the write-out. This replaces the two-launch path (the column tree sums,
-//   then the cast + transpose) for these problems.
+//   (StagedFp8Tile, 32 KiB for 2-byte inputs, 16 KiB for f32, where phase 1
+//   kept its quarter sums), and after a barrier the block writes out its
+//   transpose (col[n][m], 16-byte streaming stores). The sub-tiles before
+//   the ring's come by cp.async, each issued kStages steps before its own
+//   into the stage that step's sub-tile leaves, so that kStages copies
+//   overlap the cast and the write-out. This replaces the two-launch path
+//   (the column tree sums, then the cast + transpose) for these problems.
 //   L2 eviction priorities: the sub-tiles just before the ring's (about 60%
 //   of the L2 over all blocks) evict_last in phase 1, the other reads and
 //   phase 2's evict_first; the FP8 bytes go out with streaming stores.
+// !kDbias (current scaling with the transposed copy, no dbias,
+// RingCurrentTransposeApplies): the same kernel without the sums: sub-tiles
+// of 128 rows (items = 128-row runs x slabs), phase 1 folds each thread's own
+// copies into the amax, phase 2 as above. Against the whole-tile cast +
+// transpose kernel (CurrentTransposeTileKernel, whose phase 1 reads all of x
+// and phase 2 re-reads all of it, part from L2), the ring's last sub-tiles
+// (192 KiB per SM, ~25 MB on an H200) are not read twice: current rowwise +
+// transposed 105.3 -> 104.0 us at 8192^2 bf16, 25.3 -> 23.7 at 4096^2.
 // InitKernel (zeroed amax) runs before this launch in plain stream order.
 
 #include <cooperative_groups.h>
@@ -114,12 +121,13 @@ __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
   }
 }
 
-template <typename In, Fp8Format kFormat, bool kTranspose>
+template <typename In, Fp8Format kFormat, bool kDbias, bool kTranspose>
 __global__ void __launch_bounds__(kThreads, 1)
     DbiasCurrentCastKernel(const __grid_constant__ DbiasCastParams p) {
   constexpr int kSlabCols = kSlabVectors * In::kVec;
-  // Dynamic shared memory: the kStages sub-tile stages, then the quarter
-  // sums of two sub-tiles (2 x 4 x slab columns).
+  // Dynamic shared memory: the kStages sub-tile stages, then phase 1's
+  // quarter sums of two sub-tiles (2 x 4 x slab columns), phase 2's staging
+  // tile (kTranspose).
   extern __shared__ __align__(16) uint4 smem[];
   __shared__ float warp_max[kWarps];
   uint4* stages = smem;
@@ -158,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float pending[kMaxLevels];
 #pragma unroll
   for (int l = 0; l < kMaxLevels; ++l) pending[l] = 0.0f;
-  const bool quartered = p.node_groups >= 16;
+  const bool quartered = kDbias && p.node_groups >= 16;
   // Sub-tile k's buffer of quarter sums.
   auto quarters = [&](int64_t k) {
     return quarter_sums + (k % 2) * (kQuarters * kSlabCols);
@@ -182,14 +190,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue(k + kStages - 1);
     const uint4* stage = stages + (k % kStages) * kSubVectors;
     uint4 raw[kRowsPerThread];
+    if constexpr (kDbias) {
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      raw[r] = stage[StageSlot(SumRowGroup(), SumVector(), r)];
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        raw[r] = stage[StageSlot(SumRowGroup(), SumVector(), r)];
+      }
+      float sums[In::kVec];
+      SumRows<In>(raw, amax, sums);
+      WarpTree<In::kVec>(p, t, t.vec0 + SumVector() < p.row_vectors, sums,
+                         quarters(k));
+    } else {
+      ReadCopySlots(stage, raw);  // zeros past the rows' end
+      amax = FoldAbsMax<In>(raw, amax);
     }
-    float sums[In::kVec];
-    SumRows<In>(raw, amax, sums);
-    WarpTree<In::kVec>(p, t, t.vec0 + SumVector() < p.row_vectors, sums,
-                       quarters(k));
   }
   if (quartered && count > 0) {
     __syncthreads();
@@ -208,32 +221,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (blockIdx.x == 0 && tid == 0) *p.scale_inv = ScaleInverse(scale);
   const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
   if constexpr (kTranspose) {
-    // One sub-tile per step, last-read first: the ring's from their stages,
-    // each other one copied by cp.async during the step before it into the
-    // stage that step's sub-tile leaves (the stages of count - 2 and
-    // count - 3, alternating). The staging tile is the stage of count - 1
-    // (the first one cast).
+    // One sub-tile per step, last-read first, sub-tile k in stage
+    // k % kStages: the ring's from phase 1, each other one copied by
+    // cp.async kStages steps before it into the stage that step's sub-tile
+    // leaves, so that kStages sub-tiles are in flight while one is cast (one
+    // at a time: 1.3 us slower at 8192^2 bf16, two: 1.3 us). The staging tile
+    // is the shared memory after the stages (phase 1's quarter sums).
     using Staged = StagedFp8Tile<kSlabCols>;
-    static_assert(Staged::kStagingWords * 4 <= kSubBytes,
-                  "the staging tile fits in a stage");
+    uint32_t* staging = reinterpret_cast<uint32_t*>(quarter_sums);
     auto stage_of = [&](int64_t k) {
-      const int64_t ring =
-          k >= count - kStages ? k : count - 2 - ((count - 2 - k) & 1);
-      return stages + (ring % kStages) * kSubVectors;
+      return stages + (k % kStages) * kSubVectors;
     };
-    uint32_t* staging = reinterpret_cast<uint32_t*>(
-        count > 0 ? stage_of(count - 1) : stages);
     for (int64_t k = count - 1; k >= 0; --k) {
-      if (k < count - kStages) AsyncWaitGroup<0>();  // this thread's copies of k
+      // This thread's copies of k (each step commits one group, empty or
+      // not: the last kStages - 1 may still be in flight).
+      if (k < count - kStages) AsyncWaitGroup<kStages - 1>();
       uint4 raw[kRowsPerThread];
       ReadCopySlots(stage_of(k), raw);
-      // Every thread has read stage k (for count - 1: the staging tile from
-      // now on), and the last step's staging tile is written out.
+      // Every thread has read stage k, and the last step's staging tile is
+      // written out.
       __syncthreads();
-      if (k >= 1 && k - 1 < count - kStages) {
-        CopySub(p, sub(k - 1), drop_policy, stage_of(k - 1));
-        AsyncCommit();
+      if (k >= kStages) {
+        CopySub(p, sub(k - kStages), drop_policy, stage_of(k - kStages));
       }
+      AsyncCommit();
       const SubTile t = sub(k);
       CastSub<In, kFormat, true>(p, t, raw, scale, staging);
       __syncthreads();
@@ -258,7 +269,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (second) CastSub<In, kFormat, false>(p, tb, b, scale, nullptr);
     }
   }
-  FinishNodeZero(p.dbias, p.dbias_cast, In::kType, p.cols, p.split);
+  if constexpr (kDbias) {
+    FinishNodeZero(p.dbias, p.dbias_cast, In::kType, p.cols, p.split);
+  }
 }
 
 // Work items: max(L, 128)-row runs x column slabs.
@@ -274,13 +287,15 @@ int Log2(int64_t n) {
   return k;
 }
 
-template <typename In, Fp8Format kFormat, bool kTranspose>
+template <typename In, Fp8Format kFormat, bool kDbias, bool kTranspose>
 LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
                       const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
                       int sms) {
-  auto* kernel = &DbiasCurrentCastKernel<In, kFormat, kTranspose>;
+  auto* kernel = &DbiasCurrentCastKernel<In, kFormat, kDbias, kTranspose>;
   constexpr int64_t kSlabCols = int64_t{kSlabVectors} * In::kVec;
-  const int64_t node_rows = problem.rows / problem.dbias_split;
+  // Without dbias: one node of 128 rows per run (only the items matter).
+  const int64_t node_rows =
+      kDbias ? problem.rows / problem.dbias_split : int64_t{kSubRows};
   DbiasCastParams p;
   p.x = buffers.x;
   p.fallback = buffers.scale;
@@ -288,13 +303,13 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
   p.col = kTranspose ? buffers.col : nullptr;
   p.scale_inv = buffers.scale_inv;
   p.amax = buffers.amax;
-  p.dbias = buffers.dbias;
-  p.dbias_cast = problem.dbias_cast ? buffers.dbias_cast : nullptr;
+  p.dbias = kDbias ? buffers.dbias : nullptr;
+  p.dbias_cast = kDbias && problem.dbias_cast ? buffers.dbias_cast : nullptr;
   p.rows = problem.rows;
   p.cols = problem.cols;
   p.row_vectors = problem.cols / In::kVec;
   p.slabs = (p.row_vectors + kSlabVectors - 1) / kSlabVectors;
-  p.split = problem.dbias_split;
+  p.split = kDbias ? problem.dbias_split : 1;
   p.node_groups = static_cast<int>(std::min<int64_t>(node_rows, kSubRows) /
                                   kRowsPerThread);
   p.node_subs_log2 = Log2(std::max<int64_t>(node_rows / kSubRows, 1));
@@ -302,10 +317,16 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
 
   const int optin =
       DeviceAttribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(48 * 1024);
-  const size_t shared_bytes =
-      static_cast<size_t>(kStages * kSubBytes + 2 * kQuarters * kSlabCols * 4);
+  // After the stages: phase 1's quarter sums (kDbias), phase 2's staging
+  // tile (kTranspose).
+  const int64_t after = std::max<int64_t>(
+      kDbias ? 2 * kQuarters * kSlabCols * 4 : 0,
+      kTranspose ? StagedFp8Tile<kSlabCols>::kStagingWords * 4 : 0);
+  const size_t shared_bytes = static_cast<size_t>(kStages * kSubBytes + after);
   if (static_cast<int64_t>(shared_bytes) + kWarps * 4 > optin) {
-    return Invalid("DbiasCurrentCastKernel needs 200 KiB of shared memory");
+    return Invalid(
+        "DbiasCurrentCastKernel needs up to 224 KiB of shared memory per "
+        "block");
   }
   // At most one block per SM, all resident at once for the grid sync, and
   // none without a sub-tile.
@@ -356,8 +377,38 @@ LaunchStatus LaunchDbiasCurrentCast(const Fp8QuantizeProblem& problem,
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
     return problem.colwise
-               ? LaunchOf<In, kFormat, true>(problem, buffers, stream, sms)
-               : LaunchOf<In, kFormat, false>(problem, buffers, stream, sms);
+               ? LaunchOf<In, kFormat, true, true>(problem, buffers, stream, sms)
+               : LaunchOf<In, kFormat, true, false>(problem, buffers, stream,
+                                                    sms);
+  });
+}
+
+bool RingCurrentTransposeApplies(const Fp8QuantizeProblem& problem,
+                                 const Fp8QuantizeBuffers& buffers, int sms) {
+  const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
+  if (!problem.scale_from_amax || problem.batch != 1 || !problem.colwise ||
+      problem.with_dbias || problem.rows <= 0 || problem.rows % kSubRows != 0 ||
+      problem.cols <= 0 || problem.cols % vec != 0) {
+    return false;
+  }
+  // At least two sub-tiles per block: with fewer, the whole-tile kernel's
+  // 4 blocks of 256 threads per SM are faster (2048^2 bf16, 128 sub-tiles:
+  // 11.4 against 10.2 us; 4096^2, 512: 23.7 against 25.3).
+  const int64_t items = ItemCount(problem, kSubRows, problem.cols / vec);
+  return items >= 2 * int64_t{sms} && items < (int64_t{1} << 31) &&
+         Aligned16(buffers.x) && Aligned16(buffers.col) &&
+         (!problem.rowwise || Aligned16(buffers.row));
+}
+
+LaunchStatus LaunchRingCurrentTranspose(const Fp8QuantizeProblem& problem,
+                                        const Fp8QuantizeBuffers& buffers,
+                                        cudaStream_t stream, int sms) {
+  if (problem.with_dbias || !problem.colwise) {
+    return Invalid("LaunchRingCurrentTranspose takes a transposed copy, no dbias");
+  }
+  return DispatchTypes(problem, [&](auto input, auto format) {
+    return LaunchOf<decltype(input), decltype(format)::value, false, true>(
+        problem, buffers, stream, sms);
   });
 }
 

@@ -48,6 +48,8 @@
 //          cooperative launch after (1): its amax pass (the block's tiles
 //          last first, the first ones kept in L2), grid-wide sync, scale,
 //          cast + transpose (CurrentTransposeTileKernel for whole tiles);
+//          where rows % 128 == 0 and x has two 128-row sub-tiles per SM,
+//          DbiasCurrentCastKernel<!kDbias> instead (below, without the sums);
 //        * with dbias of a single example over one reduced axis whose nodes
 //          are 2^k >= 4 rows (rows % 128 == 0), rowwise and/or transposed:
 //          DbiasCurrentCastKernel (fp8_dbias_current_cuda.cu), one
@@ -536,6 +538,9 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
   }
   if (DbiasCurrentCastApplies(problem, buffers)) {
     return LaunchDbiasCurrentCast(problem, buffers, stream, sms);
+  }
+  if (RingCurrentTransposeApplies(problem, buffers, sms)) {
+    return LaunchRingCurrentTranspose(problem, buffers, stream, sms);
   }
   if (CurrentTransposeApplies(problem, buffers)) {
     return LaunchCurrentTranspose(problem, buffers, stream, sms);

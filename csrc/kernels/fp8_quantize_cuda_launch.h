@@ -201,6 +201,15 @@ bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
 LaunchStatus LaunchDbiasCurrentCast(const Fp8QuantizeProblem& problem,
                                     const Fp8QuantizeBuffers& buffers,
                                     cudaStream_t stream, int sms);
+// Current scaling of one example with the transposed copy, no dbias, rows a
+// multiple of 128, at least two sub-tiles per SM: the same kernel without the
+// sums (fp8_dbias_current_cuda.cu); RingCurrentTransposeApplies says when it
+// runs.
+bool RingCurrentTransposeApplies(const Fp8QuantizeProblem& problem,
+                                 const Fp8QuantizeBuffers& buffers, int sms);
+LaunchStatus LaunchRingCurrentTranspose(const Fp8QuantizeProblem& problem,
+                                        const Fp8QuantizeBuffers& buffers,
+                                        cudaStream_t stream, int sms);
 
 }  // namespace eqx_quant::cuda::fp8
 
