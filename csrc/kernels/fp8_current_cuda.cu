@@ -219,7 +219,7 @@ LaunchStatus LaunchCurrentCastOf(const Fp8QuantizeProblem& problem,
 
 bool CurrentCastApplies(const Fp8QuantizeProblem& problem,
                         const Fp8QuantizeBuffers& buffers) {
-  const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
+  const int vec = VectorElements(problem.input_type);
   return problem.scale_from_amax && problem.batch == 1 && problem.rowwise &&
          !problem.colwise && !problem.with_dbias &&
          (problem.rows * problem.cols) % vec == 0 && Aligned16(buffers.x) &&
@@ -230,7 +230,7 @@ LaunchStatus LaunchCurrentCast(const Fp8QuantizeProblem& problem,
                                const Fp8QuantizeBuffers& buffers,
                                cudaStream_t stream, int sms) {
   const int64_t vectors =
-      problem.rows * problem.cols / (problem.input_type == InputType::kF32 ? 4 : 8);
+      problem.rows * problem.cols / VectorElements(problem.input_type);
   // Small tiles where large ones would leave over half the SMs idle.
   const bool small = 2 * vectors <= kTileVectors<kLargeUnroll> * sms;
   return DispatchTypes(problem, [&](auto input, auto format) {

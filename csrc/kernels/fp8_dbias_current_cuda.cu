@@ -48,7 +48,7 @@
 //   of the L2 over all blocks) evict_last in phase 1, the other reads and
 //   phase 2's evict_first; the FP8 bytes go out with streaming stores.
 // !kDbias (current scaling with the transposed copy, no dbias,
-// RingCurrentTransposeApplies): the same kernel without the sums: sub-tiles
+// RingCurrentTransposeTakes): the same kernel without the sums: sub-tiles
 // of 128 rows (items = 128-row runs x slabs), phase 1 folds each thread's own
 // copies into the amax, phase 2 as above. Against the whole-tile cast +
 // transpose kernel (CurrentTransposeTileKernel, whose phase 1 reads all of x
@@ -358,7 +358,7 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
 
 bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers) {
-  const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
+  const int vec = VectorElements(problem.input_type);
   if (!TreeSumsApply(problem) || problem.batch != 1 ||
       problem.cols % vec != 0 || problem.dbias_split > kMaxDbiasSplit ||
       !Aligned16(buffers.x) || (problem.rowwise && !Aligned16(buffers.row)) ||
@@ -386,21 +386,14 @@ LaunchStatus LaunchDbiasCurrentCast(const Fp8QuantizeProblem& problem,
   });
 }
 
-bool RingCurrentTransposeApplies(const Fp8QuantizeProblem& problem,
-                                 const Fp8QuantizeBuffers& buffers, int sms) {
-  const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
-  if (!problem.scale_from_amax || problem.batch != 1 || !problem.colwise ||
-      problem.with_dbias || problem.rows <= 0 || problem.rows % kSubRows != 0 ||
-      problem.cols <= 0 || problem.cols % vec != 0) {
-    return false;
-  }
+bool RingCurrentTransposeTakes(const Fp8QuantizeProblem& problem, int sms) {
+  if (problem.rows % kSubRows != 0) return false;
   // At least two sub-tiles per block: with fewer, the whole-tile kernel's
   // 4 blocks of 256 threads per SM are faster (2048^2 bf16, 128 sub-tiles:
   // 11.4 against 10.2 us; 4096^2, 512: 23.7 against 25.3).
-  const int64_t items = ItemCount(problem, kSubRows, problem.cols / vec);
-  return items >= 2 * int64_t{sms} && items < (int64_t{1} << 31) &&
-         Aligned16(buffers.x) && Aligned16(buffers.col) &&
-         (!problem.rowwise || Aligned16(buffers.row));
+  const int64_t items = ItemCount(
+      problem, kSubRows, problem.cols / VectorElements(problem.input_type));
+  return items >= 2 * int64_t{sms} && items < (int64_t{1} << 31);
 }
 
 LaunchStatus LaunchRingCurrentTranspose(const Fp8QuantizeProblem& problem,

@@ -539,9 +539,6 @@ LaunchStatus Fp8Quantize(const Fp8QuantizeProblem& problem,
   if (DbiasCurrentCastApplies(problem, buffers)) {
     return LaunchDbiasCurrentCast(problem, buffers, stream, sms);
   }
-  if (RingCurrentTransposeApplies(problem, buffers, sms)) {
-    return LaunchRingCurrentTranspose(problem, buffers, stream, sms);
-  }
   if (CurrentTransposeApplies(problem, buffers)) {
     return LaunchCurrentTranspose(problem, buffers, stream, sms);
   }

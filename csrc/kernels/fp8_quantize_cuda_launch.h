@@ -132,6 +132,10 @@ inline bool Aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// Elements of `type` in a 16-byte input vector (In::kVec on the host).
+inline int VectorElements(InputType type) {
+  return type == InputType::kF32 ? 4 : 8;
+}
 
 // fn(In{}, std::integral_constant<Fp8Format, kFormat>{}) for the problem's
 // input type and FP8 format.
@@ -178,8 +182,9 @@ LaunchStatus LaunchTranspose(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers,
                              cudaStream_t stream, int sms);
 // Current scaling of one example with the transposed copy: the amax pass and
-// the cast + transpose in one cooperative launch (fp8_transpose_cuda.cu);
-// CurrentTransposeApplies says when it can run.
+// the cast + transpose in one cooperative launch (fp8_transpose_cuda.cu, or
+// for larger inputs the ring kernel below); CurrentTransposeApplies says when
+// it can run.
 bool CurrentTransposeApplies(const Fp8QuantizeProblem& problem,
                              const Fp8QuantizeBuffers& buffers);
 LaunchStatus LaunchCurrentTranspose(const Fp8QuantizeProblem& problem,
@@ -201,12 +206,11 @@ bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
 LaunchStatus LaunchDbiasCurrentCast(const Fp8QuantizeProblem& problem,
                                     const Fp8QuantizeBuffers& buffers,
                                     cudaStream_t stream, int sms);
-// Current scaling of one example with the transposed copy, no dbias, rows a
-// multiple of 128, at least two sub-tiles per SM: the same kernel without the
-// sums (fp8_dbias_current_cuda.cu); RingCurrentTransposeApplies says when it
-// runs.
-bool RingCurrentTransposeApplies(const Fp8QuantizeProblem& problem,
-                                 const Fp8QuantizeBuffers& buffers, int sms);
+// A CurrentTransposeApplies problem with rows a multiple of 128 and at least
+// two 128-row sub-tiles per SM: the same kernel without the sums
+// (fp8_dbias_current_cuda.cu), which LaunchCurrentTranspose chooses where
+// RingCurrentTransposeTakes says so.
+bool RingCurrentTransposeTakes(const Fp8QuantizeProblem& problem, int sms);
 LaunchStatus LaunchRingCurrentTranspose(const Fp8QuantizeProblem& problem,
                                         const Fp8QuantizeBuffers& buffers,
                                         cudaStream_t stream, int sms);

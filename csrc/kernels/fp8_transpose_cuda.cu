@@ -414,9 +414,8 @@ __global__ void __launch_bounds__(StagedTile<kCols>::kThreads,
 
 bool TransposeApplies(const Fp8QuantizeProblem& problem,
                       const Fp8QuantizeBuffers& buffers) {
-  const int vec = problem.input_type == InputType::kF32 ? 4 : 8;
   return problem.colwise && !problem.with_dbias && problem.rows % 16 == 0 &&
-         problem.cols % vec == 0 && Aligned16(buffers.x) &&
+         problem.cols % VectorElements(problem.input_type) == 0 && Aligned16(buffers.x) &&
          Aligned16(buffers.col) && (!problem.rowwise || Aligned16(buffers.row));
 }
 
@@ -554,6 +553,9 @@ bool CurrentTransposeApplies(const Fp8QuantizeProblem& problem,
 LaunchStatus LaunchCurrentTranspose(const Fp8QuantizeProblem& problem,
                                     const Fp8QuantizeBuffers& buffers,
                                     cudaStream_t stream, int sms) {
+  if (RingCurrentTransposeTakes(problem, sms)) {
+    return LaunchRingCurrentTranspose(problem, buffers, stream, sms);
+  }
   // Whole tiles, few enough for 32-bit tile indices (plus a grid).
   const int64_t tiles = (problem.rows / kTileRows) * (problem.cols / kTileCols);
   if (WholeTiles(problem) && tiles < (int64_t{1} << 30)) {
