@@ -28,8 +28,8 @@
 //   in that thread's registers). One barrier per sub-tile (the first
 //   version, each thread summing its own copies, a column's 32 warp sums
 //   added by one thread between two barriers, took 4.5-5.7 us longer at
-//   8192^2 and 16384x4096 bf16). Node sums are written to dbias (NaN canonical). One
-//   atomicMax per block, then a grid-wide sync.
+//   8192^2 and 16384x4096 bf16). Node sums are written to dbias (NaN
+//   canonical). One atomicMax per block, then a grid-wide sync.
 //   Phase 2: the scale from the finished amax (block 0 writes scale_inv),
 //   the cast of the sub-tiles last-read first: the ring's last kStages from
 //   shared memory, then from x (L2 hits); then node 0 of the split := the
@@ -108,6 +108,12 @@ __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
   }
 }
 
+// The stage of the block's k-th sub-tile: k % kStages, in both phases.
+template <typename Stage>
+__device__ __forceinline__ Stage* StageOf(Stage* stages, int64_t k) {
+  return stages + (k % kStages) * kSubVectors;
+}
+
 // The block's k-th sub-tile (of `count`) from its stage if the ring still
 // holds it (the last kStages), else from x.
 __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
@@ -116,7 +122,7 @@ __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
                                          uint64_t policy,
                                          uint4 (&raw)[kRowsPerThread]) {
   if (k >= count - kStages) {
-    ReadCopySlots(stages + (k % kStages) * kSubVectors, raw);
+    ReadCopySlots(StageOf(stages, k), raw);
   } else {
     LoadSub(p, t, policy, raw);
   }
@@ -148,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Sub-tile k into its stage (an empty commit group past the end, so that
   // every iteration waits for the same count of groups).
   auto issue = [&](int64_t k) {
-    if (k < count) CopySub(p, sub(k), policy(k), stages + (k % kStages) * kSubVectors);
+    if (k < count) CopySub(p, sub(k), policy(k), StageOf(stages, k));
     AsyncCommit();
   };
 
@@ -189,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (quartered && k > 0) finish(k - 1);
     issue(k + kStages - 1);
-    const uint4* stage = stages + (k % kStages) * kSubVectors;
+    const uint4* stage = StageOf(stages, k);
     uint4 raw[kRowsPerThread];
     if constexpr (kDbias) {
 #pragma unroll
@@ -231,20 +237,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // after the stages (phase 1's quarter sums).
     using Staged = StagedFp8Tile<kSlabCols>;
     uint32_t* staging = reinterpret_cast<uint32_t*>(quarter_sums);
-    auto stage_of = [&](int64_t k) {
-      return stages + (k % kStages) * kSubVectors;
-    };
     for (int64_t k = count - 1; k >= 0; --k) {
       // This thread's copies of k (each step commits one group, empty or
       // not: the last kStages - 1 may still be in flight).
       if (k < count - kStages) AsyncWaitGroup<kStages - 1>();
       uint4 raw[kRowsPerThread];
-      ReadCopySlots(stage_of(k), raw);
+      ReadCopySlots(StageOf(stages, k), raw);
       // Every thread has read stage k, and the last step's staging tile is
       // written out.
       __syncthreads();
       if (k >= kStages) {
-        CopySub(p, sub(k - kStages), drop_policy, stage_of(k - kStages));
+        CopySub(p, sub(k - kStages), drop_policy, StageOf(stages, k - kStages));
       }
       AsyncCommit();
       const SubTile t = sub(k);
@@ -380,7 +383,8 @@ LaunchStatus LaunchDbiasCurrentCast(const Fp8QuantizeProblem& problem,
     using In = decltype(input);
     constexpr Fp8Format kFormat = decltype(format)::value;
     return problem.colwise
-               ? LaunchOf<In, kFormat, true, true>(problem, buffers, stream, sms)
+               ? LaunchOf<In, kFormat, true, true>(problem, buffers, stream,
+                                                   sms)
                : LaunchOf<In, kFormat, true, false>(problem, buffers, stream,
                                                     sms);
   });
@@ -400,7 +404,8 @@ LaunchStatus LaunchRingCurrentTranspose(const Fp8QuantizeProblem& problem,
                                         const Fp8QuantizeBuffers& buffers,
                                         cudaStream_t stream, int sms) {
   if (problem.with_dbias || !problem.colwise) {
-    return Invalid("LaunchRingCurrentTranspose takes a transposed copy, no dbias");
+    return Invalid(
+        "LaunchRingCurrentTranspose takes a transposed copy, no dbias");
   }
   return DispatchTypes(problem, [&](auto input, auto format) {
     return LaunchOf<decltype(input), decltype(format)::value, false, true>(

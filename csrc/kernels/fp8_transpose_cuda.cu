@@ -415,8 +415,9 @@ __global__ void __launch_bounds__(StagedTile<kCols>::kThreads,
 bool TransposeApplies(const Fp8QuantizeProblem& problem,
                       const Fp8QuantizeBuffers& buffers) {
   return problem.colwise && !problem.with_dbias && problem.rows % 16 == 0 &&
-         problem.cols % VectorElements(problem.input_type) == 0 && Aligned16(buffers.x) &&
-         Aligned16(buffers.col) && (!problem.rowwise || Aligned16(buffers.row));
+         problem.cols % VectorElements(problem.input_type) == 0 &&
+         Aligned16(buffers.x) && Aligned16(buffers.col) &&
+         (!problem.rowwise || Aligned16(buffers.row));
 }
 
 namespace {
