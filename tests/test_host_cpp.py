@@ -8,7 +8,7 @@ a `BUILDS` entry only if the common flags cannot build it.
 
 Measured on a 2-core machine (compile + run): the walk test 2 + 1 s, the grouped dbias tree
 test 2 + 9 s, the NVFP4 math test 2 + 10 s, the E8M0 test (all 2^31 non-negative f32 patterns) 1 + 9 s, the grouped CPU test 16 + 4 s (at -O0, see
-`BUILDS`). The exhaustive reciprocal test takes over 3 minutes and is skipped (`TOO_SLOW`).
+`BUILDS`), the magic division test 1 + 2 s. The exhaustive reciprocal test takes over 3 minutes and is skipped (`TOO_SLOW`).
 """
 
 import dataclasses

@@ -20,11 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define EQXQ_HOST_DEVICE __host__ __device__
-#else
-#define EQXQ_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace eqx_quant {
 

@@ -11,13 +11,7 @@
 
 #include <cstdint>
 
-#ifndef EQXQ_HOST_DEVICE
-#if defined(__CUDACC__)
-#define EQXQ_HOST_DEVICE __host__ __device__
-#else
-#define EQXQ_HOST_DEVICE
-#endif
-#endif
+#include "common/host_device.h"
 
 namespace eqx_quant {
 namespace grouped {

@@ -110,15 +110,15 @@ __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
 
 // The stage of the block's k-th sub-tile: k % kStages, in both phases.
 template <typename Stage>
-__device__ __forceinline__ Stage* StageOf(Stage* stages, int64_t k) {
+__device__ __forceinline__ Stage* StageOf(Stage* stages, int k) {
   return stages + (k % kStages) * kSubVectors;
 }
 
 // The block's k-th sub-tile (of `count`) from its stage if the ring still
 // holds it (the last kStages), else from x.
 __device__ __forceinline__ void FetchSub(const DbiasCastParams& p,
-                                         const uint4* stages, int64_t k,
-                                         int64_t count, const SubTile& t,
+                                         const uint4* stages, int k,
+                                         int count, const SubTile& t,
                                          uint64_t policy,
                                          uint4 (&raw)[kRowsPerThread]) {
   if (k >= count - kStages) {
@@ -140,20 +140,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint4* stages = smem;
   float* quarter_sums = reinterpret_cast<float*>(smem + kStages * kSubVectors);
   const int tid = threadIdx.x;
-  const int64_t count =
-      ((p.items - blockIdx.x + gridDim.x - 1) / gridDim.x) << p.node_subs_log2;
-  auto sub = [&](int64_t k) { return Locate(p, k); };
+  // The block's sub-tiles (< 2^31, as all of them: the launcher's bound).
+  const int count = static_cast<int>(
+      ((p.items - blockIdx.x + gridDim.x - 1) / gridDim.x) << p.node_subs_log2);
+  auto sub = [&](int k) { return Locate(p, k); };
   // L2: the sub-tiles that phase 2 re-reads first from x (those just before
   // the ring's last kStages) are kept over the others, and over the output.
   // (Phase 1 makes its policies where used: createpolicy is one instruction,
   // and two 64-bit values held through phase 1 made its 64 registers spill.)
-  auto policy = [&](int64_t k) {
+  auto policy = [&](int k) {
     return L2Policy(p.hints,
                     k < count - kStages && k >= count - kStages - p.l2_tiles);
   };
   // Sub-tile k into its stage (an empty commit group past the end, so that
   // every iteration waits for the same count of groups).
-  auto issue = [&](int64_t k) {
+  auto issue = [&](int k) {
     if (k < count) CopySub(p, sub(k), policy(k), StageOf(stages, k));
     AsyncCommit();
   };
@@ -179,13 +180,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int l = 0; l < kMaxLevels; ++l) pending[l] = 0.0f;
   const bool quartered = kDbias && p.node_groups >= 16;
   // Sub-tile k's buffer of quarter sums.
-  auto quarters = [&](int64_t k) {
+  auto quarters = [&](int k) {
     return quarter_sums + (k % 2) * (kQuarters * kSlabCols);
   };
-  auto finish = [&](int64_t k) {
+  auto finish = [&](int k) {
+    if (tid >= kSlabCols) return;  // whole warps
     const SubTile t = sub(k);
     const int64_t col = t.vec0 * In::kVec + tid;
-    if (tid < kSlabCols && col < p.cols) {
+    if (col < p.cols) {
       FinishSubTile(p, t, col,
                     quarters(k) + tid,
                     kSlabCols, pending);
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) issue(k);
-  for (int64_t k = 0; k < count; ++k) {
+  for (int k = 0; k < count; ++k) {
     const SubTile t = sub(k);
     AsyncWaitGroup<kStages - 2>();  // this thread's copies of sub-tile k
     if constexpr (kDbias) {
@@ -229,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   cg::this_grid().sync();
 
   // Phase 2.
-  constexpr int64_t kPerStep = In::kVec == 8 ? 2 : 1;
+  constexpr int kPerStep = In::kVec == 8 ? 2 : 1;
   const float scale = ScaleFromAmax(__ldcg(p.amax), *p.fallback, kFormat);
   if (blockIdx.x == 0 && tid == 0) *p.scale_inv = ScaleInverse(scale);
   const uint64_t drop_policy = L2Policy(p.hints, /*keep=*/false);
@@ -243,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // after the stages (phase 1's quarter sums).
     using Staged = StagedFp8Tile<kSlabCols>;
     uint32_t* staging = reinterpret_cast<uint32_t*>(quarter_sums);
-    for (int64_t k = count - 1; k >= 0; --k) {
+    for (int k = count - 1; k >= 0; --k) {
       // This thread's copies of k (each step commits one group, empty or
       // not: the last kStages - 1 may still be in flight).
       if (k < count - kStages) AsyncWaitGroup<kStages - 1>();
@@ -265,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    for (int64_t k = count - 1; k >= 0; k -= kPerStep) {
+    for (int k = count - 1; k >= 0; k -= kPerStep) {
       uint4 a[kRowsPerThread];
       uint4 b[kRowsPerThread];
       const SubTile ta = sub(k);
@@ -298,6 +300,12 @@ int Log2(int64_t n) {
   return k;
 }
 
+// The sub-tiles of all of x (128 rows x one slab each): Locate's and the
+// kernel's counters are 32-bit.
+int64_t SubTileCount(const Fp8QuantizeProblem& problem, int64_t row_vectors) {
+  return ItemCount(problem, kSubRows, row_vectors);
+}
+
 template <typename In, Fp8Format kFormat, bool kDbias, bool kTranspose>
 LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
                       const Fp8QuantizeBuffers& buffers, cudaStream_t stream,
@@ -325,6 +333,7 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
                                   kRowsPerThread);
   p.node_subs_log2 = Log2(std::max<int64_t>(node_rows / kSubRows, 1));
   p.items = ItemCount(problem, node_rows, p.row_vectors);
+  p.slab_division = MakeMagicDivisor(static_cast<uint32_t>(p.slabs));
 
   const int optin =
       DeviceAttribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(48 * 1024);
@@ -376,9 +385,9 @@ bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
   }
   const int64_t node_rows = problem.rows / problem.dbias_split;
   const bool power_of_two = (node_rows & (node_rows - 1)) == 0;
-  const int64_t items = ItemCount(problem, node_rows, problem.cols / vec);
   return power_of_two && node_rows >= kRowsPerThread &&
-         problem.rows % kSubRows == 0 && items < (int64_t{1} << 31) &&
+         problem.rows % kSubRows == 0 &&
+         SubTileCount(problem, problem.cols / vec) < (int64_t{1} << 31) &&
          node_rows <= (int64_t{kSubRows} << kMaxLevels);
 }
 
@@ -401,8 +410,8 @@ bool RingCurrentTransposeTakes(const Fp8QuantizeProblem& problem, int sms) {
   // At least two sub-tiles per block: with fewer, the whole-tile kernel's
   // 4 blocks of 256 threads per SM are faster (2048^2 bf16, 128 sub-tiles:
   // 11.4 against 10.2 us; 4096^2, 512: 23.7 against 25.3).
-  const int64_t items = ItemCount(
-      problem, kSubRows, problem.cols / VectorElements(problem.input_type));
+  const int64_t items =
+      SubTileCount(problem, problem.cols / VectorElements(problem.input_type));
   return items >= 2 * int64_t{sms} && items < (int64_t{1} << 31);
 }
 

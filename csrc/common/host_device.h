@@ -1,0 +1,14 @@
+// EQXQ_HOST_DEVICE: __host__ __device__ under nvcc, nothing for the host
+// compiler, so that one header's inline functions serve the CPU kernels, the
+// host tests and the CUDA kernels.
+
+#ifndef EQX_QUANT_CSRC_COMMON_HOST_DEVICE_H_
+#define EQX_QUANT_CSRC_COMMON_HOST_DEVICE_H_
+
+#if defined(__CUDACC__)
+#define EQXQ_HOST_DEVICE __host__ __device__
+#else
+#define EQXQ_HOST_DEVICE
+#endif
+
+#endif  // EQX_QUANT_CSRC_COMMON_HOST_DEVICE_H_
