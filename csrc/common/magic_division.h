@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "common/ceil_log2.h"
 #include "common/host_device.h"
 
 namespace eqx_quant {
@@ -25,8 +26,7 @@ struct MagicDivisor {
 
 // The divisor d (1 <= d < 2^31).
 inline MagicDivisor MakeMagicDivisor(uint32_t d) {
-  int shift = 0;
-  while ((uint64_t{1} << shift) < d) ++shift;
+  const int shift = CeilLog2(d);
   const uint64_t magic =
       ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1;
   return MagicDivisor{static_cast<uint32_t>(magic), shift};

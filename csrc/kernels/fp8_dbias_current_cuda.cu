@@ -50,12 +50,12 @@
 // !kDbias (current scaling with the transposed copy, no dbias,
 // RingCurrentTransposeTakes): the same kernel without the sums: sub-tiles
 // of 128 rows (items = 128-row runs x slabs), phase 1 folds each thread's own
-// copies into the amax (no barrier per sub-tile), phase 2 as above. Against the whole-tile cast +
-// transpose kernel (CurrentTransposeTileKernel, whose phase 1 reads all of x
-// and phase 2 re-reads all of it, part from L2), the ring's last sub-tiles
-// (192 KiB per SM, ~25 MB on an H200) are not read twice: current rowwise +
-// transposed 105.2 -> 103.9 us at 8192^2 bf16 (101.4 with three sub-tiles in
-// flight in phase 2), 25.2 -> 23.6 at 4096^2.
+// copies into the amax (no barrier per sub-tile), phase 2 as above. Against
+// the whole-tile cast + transpose kernel (CurrentTransposeTileKernel, whose
+// phase 1 reads all of x and phase 2 re-reads all of it, part from L2), the
+// ring's last sub-tiles (192 KiB per SM, ~25 MB on an H200) are not read
+// twice: current rowwise + transposed 105.2 -> 103.9 us at 8192^2 bf16
+// (101.4 with three sub-tiles in flight in phase 2), 25.2 -> 23.6 at 4096^2.
 // InitKernel (zeroed amax) runs before this launch in plain stream order.
 
 #include <cooperative_groups.h>
@@ -64,6 +64,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/ceil_log2.h"
 #include "common/float_narrow.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
@@ -294,12 +295,6 @@ int64_t ItemCount(const Fp8QuantizeProblem& problem, int64_t node_rows,
          ((row_vectors + kSlabVectors - 1) / kSlabVectors);
 }
 
-int Log2(int64_t n) {
-  int k = 0;
-  while ((int64_t{1} << k) < n) ++k;
-  return k;
-}
-
 // The sub-tiles of all of x (128 rows x one slab each): Locate's and the
 // kernel's counters are 32-bit.
 int64_t SubTileCount(const Fp8QuantizeProblem& problem, int64_t row_vectors) {
@@ -331,7 +326,7 @@ LaunchStatus LaunchOf(const Fp8QuantizeProblem& problem,
   p.split = kDbias ? problem.dbias_split : 1;
   p.node_groups = static_cast<int>(std::min<int64_t>(node_rows, kSubRows) /
                                   kRowsPerThread);
-  p.node_subs_log2 = Log2(std::max<int64_t>(node_rows / kSubRows, 1));
+  p.node_subs_log2 = CeilLog2(std::max<int64_t>(node_rows / kSubRows, 1));
   p.items = ItemCount(problem, node_rows, p.row_vectors);
   p.slab_division = MakeMagicDivisor(static_cast<uint32_t>(p.slabs));
 
@@ -410,9 +405,9 @@ bool RingCurrentTransposeTakes(const Fp8QuantizeProblem& problem, int sms) {
   // At least two sub-tiles per block: with fewer, the whole-tile kernel's
   // 4 blocks of 256 threads per SM are faster (2048^2 bf16, 128 sub-tiles:
   // 11.4 against 10.2 us; 4096^2, 512: 23.7 against 25.3).
-  const int64_t items =
+  const int64_t sub_tiles =
       SubTileCount(problem, problem.cols / VectorElements(problem.input_type));
-  return items >= 2 * int64_t{sms} && items < (int64_t{1} << 31);
+  return sub_tiles >= 2 * int64_t{sms} && sub_tiles < (int64_t{1} << 31);
 }
 
 LaunchStatus LaunchRingCurrentTranspose(const Fp8QuantizeProblem& problem,

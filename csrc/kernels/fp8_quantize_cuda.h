@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/ceil_log2.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 
@@ -79,13 +80,6 @@ inline bool BuildNestedAxes(const std::vector<int64_t>& reduced,
   }
   *axes = out;
   return true;
-}
-
-// ceil(log2(count)) for count >= 1; 0 for count <= 1.
-EQXQ_WALK_INLINE int CeilLog2(int64_t count) {
-  int depth = 0;
-  while ((int64_t{1} << depth) < count) ++depth;
-  return depth;
 }
 
 // The number of internal nodes of the canonical tree over [0, count) (split

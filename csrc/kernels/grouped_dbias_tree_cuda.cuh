@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "common/ceil_log2.h"
 #include "common/fp8_format.h"  // EQXQ_HOST_DEVICE
 
 namespace eqx_quant::grouped_dbias_tree {
@@ -39,13 +40,6 @@ namespace eqx_quant::grouped_dbias_tree {
 constexpr int kChunkLevels = 4;
 constexpr int kChunkSlots = 1 << kChunkLevels;
 constexpr int kWarpLevels = 3;  // 8 warps per CTA
-
-// ceil(log2(n)) for n >= 1; 0 for n <= 1.
-EQXQ_HOST_DEVICE inline int CeilLog2(int64_t n) {
-  int bits = 0;
-  while ((int64_t{1} << bits) < n) ++bits;
-  return bits;
-}
 
 // The low `bits` bits of v in reverse order (bits in [0, 32]).
 EQXQ_HOST_DEVICE inline uint32_t ReverseBits(uint32_t v, int bits) {
