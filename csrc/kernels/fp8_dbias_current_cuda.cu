@@ -36,7 +36,8 @@
 //   perfect tree over its nodes (split <= 64: 8 lanes per column, each the
 //   perfect tree of split / 8 nodes, then 3 shuffles), by the last blocks.
 //   kTranspose (the transposed copy wanted, the rowwise one optional): one
-//   sub-tile per step; its FP8 bytes also go to a staging tile
+//   sub-tile per step, the first one the sub-tile read just before the
+//   ring's, which phase 1 left in each thread's registers; its FP8 bytes also go to a staging tile
 //   (StagedFp8Tile, 32 KiB for 2-byte inputs, 16 KiB for f32, where phase 1
 //   kept its quarter sums), and after a barrier the block writes out its
 //   transpose (col[n][m], 16-byte streaming stores). The sub-tiles before
@@ -145,13 +146,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int count = static_cast<int>(
       ((p.items - blockIdx.x + gridDim.x - 1) / gridDim.x) << p.node_subs_log2);
   auto sub = [&](int k) { return Locate(p, k); };
+  // kTranspose: the sub-tile just before the ring's (count - kStages - 1)
+  // stays in each thread's registers (its copy slots, 16 registers) from
+  // phase 1 to the first step of phase 2: one sub-tile per SM more of x on
+  // chip (8.6 MB on an H200), one fewer re-read from x. Current rowwise +
+  // transposed 100.4-100.6 -> 99.2 us at 8192^2 bf16 (16384x4096 99.8-100.1
+  // -> 98.2-98.8), dbias + current rowwise + transposed 106.9-107.0 ->
+  // 105.6-105.8 (104.7-104.8); at 4096^2 (4 sub-tiles per block, x in L2)
+  // 0.7-0.9 us slower.
+  constexpr bool kHold = kTranspose;
+  const int held_k = kHold && count > kStages ? count - kStages - 1 : -1;
+  // Phase 2 re-reads sub-tiles k < reread_end from x, the last one first.
+  const int reread_end = held_k >= 0 ? held_k : count - kStages;
   // L2: the sub-tiles that phase 2 re-reads first from x (those just before
-  // the ring's last kStages) are kept over the others, and over the output.
+  // the held one and the ring's last kStages) are kept over the others, and
+  // over the output.
   // (Phase 1 makes its policies where used: createpolicy is one instruction,
   // and two 64-bit values held through phase 1 made its 64 registers spill.)
   auto policy = [&](int k) {
-    return L2Policy(p.hints,
-                    k < count - kStages && k >= count - kStages - p.l2_tiles);
+    return L2Policy(p.hints, k < reread_end && k >= reread_end - p.l2_tiles);
   };
   // Sub-tile k into its stage (an empty commit group past the end, so that
   // every iteration waits for the same count of groups).
@@ -176,6 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // in the last iteration): current rowwise + transposed 101.6 -> 100.5-101.0
   // us at 8192^2 bf16, 23.1 -> 22.7 at 4096^2.
   float amax = 0.0f;
+  uint4 held[kRowsPerThread];
   float pending[kMaxLevels];
 #pragma unroll
   for (int l = 0; l < kMaxLevels; ++l) pending[l] = 0.0f;
@@ -213,11 +227,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       float sums[In::kVec];
       SumRows<In>(raw, amax, sums);
+      if (kHold && k == held_k) ReadCopySlots(stage, held);
       WarpTree<In::kVec>(p, t, t.vec0 + SumVector() < p.row_vectors, sums,
                          quarters(k));
     } else {
       ReadCopySlots(stage, raw);  // zeros past the rows' end
       amax = FoldAbsMax<In>(raw, amax);
+      if (kHold && k == held_k) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) held[r] = raw[r];
+      }
     }
   }
   if (quartered && count > 0) {
@@ -246,26 +265,37 @@ __global__ void __launch_bounds__(kThreads, 1)
     // after the stages (phase 1's quarter sums).
     using Staged = StagedFp8Tile<kSlabCols>;
     uint32_t* staging = reinterpret_cast<uint32_t*>(quarter_sums);
-    for (int k = count - 1; k >= 0; --k) {
-      // This thread's copies of k (each step commits one group, empty or
-      // not: the last kStages - 1 may still be in flight).
-      if (k < count - kStages) AsyncWaitGroup<kStages - 1>();
-      uint4 raw[kRowsPerThread];
-      ReadCopySlots(StageOf(stages, k), raw);
-      // Every thread has read stage k, and the last step's staging tile is
-      // written out.
-      __syncthreads();
-      if (k >= kStages) {
-        CopySub(p, sub(k - kStages), drop_policy, StageOf(stages, k - kStages));
-      }
-      AsyncCommit();
-      const SubTile t = sub(k);
+    auto cast_step = [&](const SubTile& t, const uint4 (&raw)[kRowsPerThread]) {
       CastSub<In, kFormat, true>(p, t, raw, scale, staging);
       __syncthreads();
       for (int unit = tid; unit < Staged::kUnits; unit += kThreads) {
         Staged::template WriteTransposedUnit<true>(
             staging, unit, p.col, p.rows, p.cols, t.row0, t.vec0 * In::kVec);
       }
+    };
+    // The held sub-tile first (no stage read, no copy issued). The sub-tiles
+    // cast after the ring's (k < held_k) then take stage (k + 1) % kStages:
+    // each is still copied kStages steps ahead of its own into the stage
+    // just read.
+    if (held_k >= 0) cast_step(sub(held_k), held);
+    const int shift = held_k >= 0 ? 1 : 0;
+    for (int k = count - 1; k >= 0; --k) {
+      if (k == held_k) continue;
+      const bool ring = k >= count - kStages;
+      // This thread's copies of k (each step in the loop commits one group,
+      // empty or not: the last kStages - 1 may still be in flight).
+      if (!ring) AsyncWaitGroup<kStages - 1>();
+      uint4 raw[kRowsPerThread];
+      ReadCopySlots(StageOf(stages, ring ? k : k + shift), raw);
+      // Every thread has read stage k, and the last step's staging tile is
+      // written out.
+      __syncthreads();
+      const int ahead = k - kStages - (ring ? shift : 0);
+      if (ahead >= 0) {
+        CopySub(p, sub(ahead), drop_policy, StageOf(stages, ahead + shift));
+      }
+      AsyncCommit();
+      cast_step(sub(k), raw);
     }
   } else {
     for (int k = count - 1; k >= 0; k -= kPerStep) {
