@@ -278,7 +278,9 @@ TWO_PASS = ((eqq.QuantizeLayout.ROWWISE, True), (eqq.QuantizeLayout.ROWWISE_COLW
         ((513, 1024), "f16", "middle"),
         ((1, 8), "bf16", "last"),
         # Transposed with two 128-row sub-tiles per SM: the ring of DbiasCurrentCastKernel
-        # without the sums (a partial last slab of one vector; f32: of 8 vectors) ...
+        # without the sums (8 sub-tiles per block: one held in registers across the grid
+        # sync, the ring's 3, 4 re-read; a partial last slab of one vector; f32: 2-3 per
+        # block, none held, a partial slab of 8 vectors) ...
         ((4096, 8200), "f16", "first"),
         ((4096, 1056), "f32", "last"),
         # ... else whole tiles of 128 x 256, of 128 x 128, fewer tiles than blocks.
@@ -317,7 +319,9 @@ DBIAS_TRANSPOSED = (
         ((2048, 24), "bf16", "middle"),  # 32-row nodes
         ((256, 64), "bf16", "first"),  # 4-row nodes: one warp's rows each
         ((32768, 72), "bf16", "last"),  # 512-row nodes: 4 sub-tiles merged per node
-        ((131072, 8), "f32", "middle"),  # 2048-row nodes: 16 sub-tiles, 4 counter levels
+        # 2048-row nodes: 16 sub-tiles, 4 counter levels (transposed: 16 sub-tiles per block,
+        # one held in registers across the grid sync, 12 re-read)
+        ((131072, 8), "f32", "middle"),
         ((8192, 1288), "bf16", "middle"),  # 2-3 sub-tiles per block (odd: a lone last step)
         ((128, 16), "f16", "last"),  # split 64 of 2 rows: not this kernel (the two-pass path)
     ],
