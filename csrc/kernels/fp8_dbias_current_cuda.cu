@@ -36,18 +36,20 @@
 //   perfect tree over its nodes (split <= 64: 8 lanes per column, each the
 //   perfect tree of split / 8 nodes, then 3 shuffles), by the last blocks.
 //   kTranspose (the transposed copy wanted, the rowwise one optional): one
-//   sub-tile per step, the first one the sub-tile read just before the
-//   ring's, which phase 1 left in each thread's registers; its FP8 bytes also go to a staging tile
-//   (StagedFp8Tile, 32 KiB for 2-byte inputs, 16 KiB for f32, where phase 1
-//   kept its quarter sums), and after a barrier the block writes out its
-//   transpose (col[n][m], 16-byte streaming stores). The sub-tiles before
-//   the ring's come by cp.async, each issued kStages steps before its own
-//   into the stage that step's sub-tile leaves, so that kStages copies
-//   overlap the cast and the write-out. This replaces the two-launch path
-//   (the column tree sums, then the cast + transpose) for these problems.
-//   L2 eviction priorities: the sub-tiles just before the ring's (about 60%
-//   of the L2 over all blocks) evict_last in phase 1, the other reads and
-//   phase 2's evict_first; the FP8 bytes go out with streaming stores.
+//   sub-tile per step, first the one read just before the ring's, which
+//   phase 1 left in each thread's registers; its FP8 bytes also go to a
+//   staging tile (StagedFp8Tile, 32 KiB for 2-byte inputs, 16 KiB for f32,
+//   where phase 1 kept its quarter sums), and after a barrier the block
+//   writes out its transpose (col[n][m], 16-byte streaming stores). The
+//   sub-tiles before the held one come by cp.async, each issued kStages
+//   steps before its own into the stage that step's sub-tile leaves, so
+//   that kStages copies overlap the cast and the write-out. This replaces
+//   the two-launch path (the column tree sums, then the cast + transpose)
+//   for these problems.
+//   L2 eviction priorities: the sub-tiles just before the held one and the
+//   ring's (about 60% of the L2 over all blocks) evict_last in phase 1, the
+//   other reads and phase 2's evict_first; the FP8 bytes go out with
+//   streaming stores.
 // !kDbias (current scaling with the transposed copy, no dbias,
 // RingCurrentTransposeTakes): the same kernel without the sums: sub-tiles
 // of 128 rows (items = 128-row runs x slabs), phase 1 folds each thread's own
