@@ -327,10 +327,12 @@ int64_t ItemCount(const Fp8QuantizeProblem& problem, int64_t node_rows,
          ((row_vectors + kSlabVectors - 1) / kSlabVectors);
 }
 
-// The sub-tiles of all of x (128 rows x one slab each): Locate's and the
-// kernel's counters are 32-bit.
-int64_t SubTileCount(const Fp8QuantizeProblem& problem, int64_t row_vectors) {
-  return ItemCount(problem, kSubRows, row_vectors);
+// The sub-tiles of all of x (128 rows x one slab each), below kMaxSubTiles
+// for either kernel: Locate's and the kernel's counters are 32-bit.
+constexpr int64_t kMaxSubTiles = int64_t{1} << 31;
+int64_t SubTileCount(const Fp8QuantizeProblem& problem) {
+  return ItemCount(problem, kSubRows,
+                   problem.cols / VectorElements(problem.input_type));
 }
 
 template <typename In, Fp8Format kFormat, bool kDbias, bool kTranspose>
@@ -414,7 +416,7 @@ bool DbiasCurrentCastApplies(const Fp8QuantizeProblem& problem,
   const bool power_of_two = (node_rows & (node_rows - 1)) == 0;
   return power_of_two && node_rows >= kRowsPerThread &&
          problem.rows % kSubRows == 0 &&
-         SubTileCount(problem, problem.cols / vec) < (int64_t{1} << 31) &&
+         SubTileCount(problem) < kMaxSubTiles &&
          node_rows <= (int64_t{kSubRows} << kMaxLevels);
 }
 
@@ -437,9 +439,8 @@ bool RingCurrentTransposeTakes(const Fp8QuantizeProblem& problem, int sms) {
   // At least two sub-tiles per block: with fewer, the whole-tile kernel's
   // 4 blocks of 256 threads per SM are faster (2048^2 bf16, 128 sub-tiles:
   // 11.4 against 10.2 us; 4096^2, 512: 23.7 against 25.3).
-  const int64_t sub_tiles =
-      SubTileCount(problem, problem.cols / VectorElements(problem.input_type));
-  return sub_tiles >= 2 * int64_t{sms} && sub_tiles < (int64_t{1} << 31);
+  const int64_t sub_tiles = SubTileCount(problem);
+  return sub_tiles >= 2 * int64_t{sms} && sub_tiles < kMaxSubTiles;
 }
 
 LaunchStatus LaunchRingCurrentTranspose(const Fp8QuantizeProblem& problem,

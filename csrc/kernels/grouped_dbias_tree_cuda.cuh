@@ -33,7 +33,7 @@
 #include <cstdint>
 
 #include "common/ceil_log2.h"
-#include "common/fp8_format.h"  // EQXQ_HOST_DEVICE
+#include "common/host_device.h"
 
 namespace eqx_quant::grouped_dbias_tree {
 
