@@ -283,6 +283,9 @@ TWO_PASS = ((eqq.QuantizeLayout.ROWWISE, True), (eqq.QuantizeLayout.ROWWISE_COLW
         # block, none held, a partial slab of 8 vectors) ...
         ((4096, 8200), "f16", "first"),
         ((4096, 1056), "f32", "last"),
+        # ... 600 sub-tiles, 4-5 per block: at 5 one held, at 4 none held and one re-read
+        # from x (a partial last slab of 31 vectors) ...
+        ((5120, 1916), "f32", "middle"),
         # ... else whole tiles of 128 x 256, of 128 x 128, fewer tiles than blocks.
         ((1024, 2048), "f16", "middle"),
         ((640, 384), "bf16", "first"),
@@ -323,6 +326,7 @@ DBIAS_TRANSPOSED = (
         # one held in registers across the grid sync, 12 re-read)
         ((131072, 8), "f32", "middle"),
         ((8192, 1288), "bf16", "middle"),  # 2-3 sub-tiles per block (odd: a lone last step)
+        ((8192, 1240), "f32", "last"),  # 4-5 per block: held at 5, at 4 none held
         ((128, 16), "f16", "last"),  # split 64 of 2 rows: not this kernel (the two-pass path)
     ],
 )

@@ -36,16 +36,16 @@
 //   perfect tree over its nodes (split <= 64: 8 lanes per column, each the
 //   perfect tree of split / 8 nodes, then 3 shuffles), by the last blocks.
 //   kTranspose (the transposed copy wanted, the rowwise one optional): one
-//   sub-tile per step, first the one read just before the ring's, which
-//   phase 1 left in each thread's registers; its FP8 bytes also go to a
-//   staging tile (StagedFp8Tile, 32 KiB for 2-byte inputs, 16 KiB for f32,
-//   where phase 1 kept its quarter sums), and after a barrier the block
-//   writes out its transpose (col[n][m], 16-byte streaming stores). The
-//   sub-tiles before the held one come by cp.async, each issued kStages
-//   steps before its own into the stage that step's sub-tile leaves, so
-//   that kStages copies overlap the cast and the write-out. This replaces
-//   the two-launch path (the column tree sums, then the cast + transpose)
-//   for these problems.
+//   sub-tile per step, first (from 5 sub-tiles per block) the one read just
+//   before the ring's, which phase 1 left in each thread's registers; its FP8
+//   bytes also go to a staging tile (StagedFp8Tile, 32 KiB for 2-byte inputs,
+//   16 KiB for f32, where phase 1 kept its quarter sums), and after a barrier
+//   the block writes out its transpose (col[n][m], 16-byte streaming stores).
+//   The sub-tiles before the held one come by cp.async, each issued kStages
+//   steps before its own into the stage that step's sub-tile leaves, so that
+//   kStages copies overlap the cast and the write-out. This replaces the
+//   two-launch path (the column tree sums, then the cast + transpose) for these
+//   problems.
 //   L2 eviction priorities: the sub-tiles just before the held one and the
 //   ring's (about 60% of the L2 over all blocks) evict_last in phase 1, the
 //   other reads and phase 2's evict_first; the FP8 bytes go out with
@@ -154,10 +154,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // chip (8.6 MB on an H200), one fewer re-read from x. Current rowwise +
   // transposed 100.4-100.6 -> 99.2 us at 8192^2 bf16 (16384x4096 99.8-100.1
   // -> 98.2-98.8), dbias + current rowwise + transposed 106.9-107.0 ->
-  // 105.6-105.8 (104.7-104.8); at 4096^2 (4 sub-tiles per block, x in L2)
-  // 0.7-0.9 us slower.
+  // 105.6-105.8 (104.7-104.8). Only from kStages + 2 sub-tiles per block:
+  // holding at 4 (4096^2 bf16, x in L2) cost current rowwise + transposed
+  // 22.4-22.5 -> 23.2 us there.
   constexpr bool kHold = kTranspose;
-  const int held_k = kHold && count > kStages ? count - kStages - 1 : -1;
+  const int held_k = kHold && count > kStages + 1 ? count - kStages - 1 : -1;
   // Phase 2 re-reads sub-tiles k < reread_end from x, the last one first.
   const int reread_end = held_k >= 0 ? held_k : count - kStages;
   // L2: the sub-tiles that phase 2 re-reads first from x (those just before
