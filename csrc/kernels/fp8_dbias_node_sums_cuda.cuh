@@ -144,6 +144,20 @@ __device__ __forceinline__ void CopySub(const DbiasCastParams& p,
   }
 }
 
+// This copy thread's lines of sub-tile t prefetched into L2 with evict_last
+// priority (lanes l % 8 == 0: one per 128-byte line, its first vector live).
+__device__ __forceinline__ void PrefetchSubToL2(const DbiasCastParams& p,
+                                                const SubTile& t) {
+  if (threadIdx.x % 8 != 0 || !LiveColumn(p, t)) return;
+  const uint4* x = static_cast<const uint4*>(p.x);
+  const int64_t first = FirstVector(p, t);
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(
+        x + first + r * p.row_vectors));
+  }
+}
+
 // This copy thread's vectors of the sub-tile in `stage` (its slots
 // CopySlot(r), as CopySub put them).
 __device__ __forceinline__ void ReadCopySlots(const uint4* stage,
