@@ -29,7 +29,9 @@
 //   version, each thread summing its own copies, a column's 32 warp sums
 //   added by one thread between two barriers, took 4.5-5.7 us longer at
 //   8192^2 and 16384x4096 bf16). Node sums are written to dbias (NaN
-//   canonical). One atomicMax per block, then a grid-wide sync.
+//   canonical). One atomicMax per block (kTranspose: then an L2 prefetch of
+//   the first sub-tile phase 2 will re-read from DRAM), then a grid-wide
+//   sync.
 //   Phase 2: the scale from the finished amax (block 0 writes scale_inv),
 //   the cast of the sub-tiles last-read first: the ring's last kStages from
 //   shared memory, then from x (L2 hits); then node 0 of the split := the
