@@ -114,7 +114,8 @@ __device__ __forceinline__ void CastSub(const DbiasCastParams& p,
   }
 }
 
-// The stage of the block's k-th sub-tile: k % kStages, in both phases.
+// Stage k % kStages: the block's k-th sub-tile's in phase 1 and in the
+// ring; phase 2's re-reads after a held sub-tile pass k + 1.
 template <typename Stage>
 __device__ __forceinline__ Stage* StageOf(Stage* stages, int k) {
   return stages + (k % kStages) * kSubVectors;
@@ -159,8 +160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 105.6-105.8 (104.7-104.8). Only from kStages + 2 sub-tiles per block:
   // holding at 4 (4096^2 bf16, x in L2) cost current rowwise + transposed
   // 22.4-22.5 -> 23.2 us there.
-  constexpr bool kHold = kTranspose;
-  const int held_k = kHold && count > kStages + 1 ? count - kStages - 1 : -1;
+  const int held_k =
+      kTranspose && count > kStages + 1 ? count - kStages - 1 : -1;
   // Phase 2 re-reads sub-tiles k < reread_end from x, the last one first.
   const int reread_end = held_k >= 0 ? held_k : count - kStages;
   // L2: the sub-tiles that phase 2 re-reads first from x (those just before
@@ -232,13 +233,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       float sums[In::kVec];
       SumRows<In>(raw, amax, sums);
-      if (kHold && k == held_k) ReadCopySlots(stage, held);
+      if (kTranspose && k == held_k) ReadCopySlots(stage, held);
       WarpTree<In::kVec>(p, t, t.vec0 + SumVector() < p.row_vectors, sums,
                          quarters(k));
     } else {
       ReadCopySlots(stage, raw);  // zeros past the rows' end
       amax = FoldAbsMax<In>(raw, amax);
-      if (kHold && k == held_k) {
+      if (kTranspose && k == held_k) {
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) held[r] = raw[r];
       }
@@ -303,8 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (!ring) AsyncWaitGroup<kStages - 1>();
       uint4 raw[kRowsPerThread];
       ReadCopySlots(StageOf(stages, ring ? k : k + shift), raw);
-      // Every thread has read stage k, and the last step's staging tile is
-      // written out.
+      // Every thread has read this step's stage, and the last step's staging
+      // tile is written out.
       __syncthreads();
       const int ahead = k - kStages - (ring ? shift : 0);
       if (ahead >= 0) {
