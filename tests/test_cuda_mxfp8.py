@@ -39,6 +39,7 @@ from helpers import cuda_device
 
 import eqx_quant as eqq
 from eqx_quant._ops import _ffi
+from eqx_quant._ops.mxfp8_quantize import Mxfp8QuantizeParams, mxfp8_quantize_op
 
 
 CUDA = cuda_device()
@@ -296,6 +297,53 @@ def test_quantize_dbias_special_values(x_name):
         x = _special_values().astype(np.dtype(X_DTYPES[x_name]))
     for q_name in Q_DTYPES:
         _check_dbias(x, q_name, -1, False)
+
+
+# (rows, cols, x, colwise): the tile kernel writing the sums of its 32-row blocks, then the
+# finish of 2 to 1024 of them (8 or 32 slices). Rowwise only: 256 and 512 blocks under 256
+# and 128 columns (no strips), strips of 512 columns (1536 bf16, 512 f32), f32 tiles half
+# outside the 64 columns (1024 blocks), f16; both layouts for comparison.
+NODE_CASES = [
+    (8192, 256, "bf16", False),
+    (16384, 128, "bf16", False),
+    (1024, 1536, "bf16", False),
+    (256, 512, "f32", False),
+    (32768, 64, "f32", False),
+    (64, 96, "f16", False),
+    (2048, 1024, "bf16", True),
+]
+
+
+@pytest.mark.parametrize(
+    "rows,cols,x_name,colwise",
+    NODE_CASES,
+    ids=[f"{r}x{c}-{x}-{'rowcol' if cw else 'row'}" for r, c, x, cw in NODE_CASES],
+)
+def test_block_node_sums(rows, cols, x_name, colwise):
+    """The inner primitive's 32-row block node sums (split = rows / 32), its cast node 0 and
+    its MXFP8 bytes on the GPU == on the CPU, byte for byte; the input's first 64 rows are the
+    special values (NaN, infinities, subnormals, signed zeros, the largest values)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.array(spread_random((rows, cols), X_DTYPES[x_name], seed=rows + cols))
+        special = _special_values().astype(x.dtype)
+        x[: min(rows, 64), : min(cols, 96)] = special[: min(rows, 64), : min(cols, 96)]
+    params = dict(
+        q_dtype="float8_e4m3fn", flatten_axis=1, rowwise=True, colwise=colwise,
+        with_dbias=True, dbias_split=rows // 32, dbias_cast=True,
+    )
+    device, impl = expected_device_and_impl(("mxfp8_quantize", "fp8_quantize"), CUDA)
+
+    def run(where, impl):
+        p = Mxfp8QuantizeParams(impl=impl, **params)
+        with jax.default_device(where):
+            fn = jax.jit(lambda v: mxfp8_quantize_op.bind_inner(v, params=p))
+            return [np.asarray(o) for o in fn(jax.device_put(x, where))]
+
+    want = run(device, impl)
+    got = run(CUDA, "ffi")
+    assert got[4].shape == (rows // 32, cols)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert_same_bytes(g, w, f"{rows}x{cols} {x_name} colwise={colwise}: output {k}")
 
 
 def _check_dbias(x_np, q_name, flatten_axis, vmapped):

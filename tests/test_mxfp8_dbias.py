@@ -7,6 +7,8 @@ the ones it hands to the FP8 op's dbias-only form (nested trees, a kept axis und
 The kernel's float32 node sums equal the reference's bit for bit at every split.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,7 +104,15 @@ def test_dbias_special_values(impl):
 @pytest.mark.skipif("ffi" not in impls(), reason="needs the CPU kernel")
 @pytest.mark.parametrize(
     "rows,split,colwise",
-    [(256, 1, False), (256, 2, False), (256, 8, True), (256, 64, False), (32768, 1024, True)],
+    [
+        (256, 1, False),
+        (256, 2, False),
+        (256, 8, True),
+        (256, 8, False),
+        (256, 64, False),
+        (32768, 1024, True),
+        (32768, 1024, False),
+    ],
 )
 @pytest.mark.parametrize("x_name", ["f32", "bf16"])
 def test_kernel_node_sums_equal_the_reference(rows, split, colwise, x_name):
@@ -129,6 +139,28 @@ def test_kernel_node_sums_equal_the_reference(rows, split, colwise, x_name):
     assert nodes.shape == (split, 96)
     f32_bits_equal(nodes[0], oracle.dbias(np.asarray(x), 1), "node 0")
     bytes_equal(cast, oracle.dbias_cast(np.asarray(x), 1), "the cast node 0")
+
+
+@pytest.mark.skipif("ffi" not in impls(), reason="needs the CPU kernel")
+@pytest.mark.parametrize(
+    "shape,layout,split",
+    [
+        ((8192, 256), "row", 256),
+        ((8192, 256), "both", 256),
+        ((4, 2048, 256), "row", 256),
+        ((64, 96), "row", 2),
+        ((8192, 100), "row", 64),
+        ((96, 64), "row", 32),
+        ((65536, 64), "row", 64),
+    ],
+)
+def test_block_nodes_plan(shape, layout, split):
+    """The kernel's dbias nodes: the 32-row blocks of K when K = 32 * 2^j (up to 1024 of them;
+    rowwise only when the last dim is whole blocks; a power-of-two batch merged into K), else
+    the largest power of two <= 64 dividing the rows."""
+    x = jnp.zeros(shape, jnp.bfloat16)
+    fn = jax.jit(lambda v: eqq.quantize_dbias(v, Q[layout], impl="ffi"))
+    assert re.findall(r"dbias_split = (\d+) : i64", fn.lower(x).as_text()) == [str(split)]
 
 
 @pytest.mark.parametrize("impl", impls())

@@ -58,12 +58,13 @@ ffi::Error Mxfp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
     return status.ok ? ffi::Error::Success()
                      : Failure(status.what, status.cuda_error);
   }
-  // With dbias, one read of x where a kernel takes both: rowwise only, the
-  // column tree sums write the rowwise blocks (blocks along the last dim
-  // only, so whole blocks of each row of cols); with both layouts, when the
-  // nodes are the 32-row colwise blocks (one tree per example along K), the
-  // tile kernel writes the node sums, then they are finished. Otherwise the
-  // MXFP8 kernels, then the dbias.
+  // With dbias, one read of x where a kernel takes both. When the nodes are
+  // 32-row blocks of the tree's axis K (one tree per example; with both
+  // layouts, the colwise blocks), the tile kernel writes the node sums, then
+  // they are finished: rowwise only, x is viewed as batch x K x cols (whole
+  // rowwise blocks of each row of cols). Otherwise, rowwise only, the column
+  // tree sums write the rowwise blocks; else the MXFP8 kernels, then the
+  // dbias.
   Fp8QuantizeBuffers sums;
   sums.x = buffers.x;
   sums.dbias = dbias_nodes->typed_data();
@@ -72,11 +73,26 @@ ffi::Error Mxfp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
   mx.row = buffers.row;
   mx.row_scale = buffers.row_scale;
   mx.format = problem->format;
-  const bool fused = problem->rowwise && !problem->colwise &&
-                     problem->last % kMxfp8BlockSize == 0 &&
-                     cuda::Fp8DbiasOnlyTakesMxfp8(dbias, buffers.x);
+  const bool row_only = problem->rowwise && !problem->colwise &&
+                        problem->last % kMxfp8BlockSize == 0;
+  Mxfp8QuantizeProblem row_view = *problem;
+  row_view.outer = dbias.batch;
+  row_view.blocked = dbias.rows;
+  row_view.inner = 1;
+  row_view.last = dbias.cols;
+  const bool row_nodes =
+      row_only && dbias.dbias_kept_rows == 1 &&
+      dbias.dbias_split * kMxfp8BlockSize == dbias.rows &&
+      cuda::Mxfp8RowTileSumsTake(row_view, buffers);
+  const bool fused =
+      row_only && !row_nodes && cuda::Fp8DbiasOnlyTakesMxfp8(dbias, buffers.x);
   bool summed = false;
-  if (!fused) {
+  if (row_nodes) {
+    const cuda::Mxfp8LaunchStatus status =
+        cuda::Mxfp8Quantize(row_view, buffers, stream, sums.dbias);
+    if (!status.ok) return Failure(status.what, status.cuda_error);
+    summed = status.tile_sums_written;
+  } else if (!fused) {
     const bool block_nodes =
         problem->colwise && problem->outer == dbias.batch &&
         problem->blocked % kMxfp8BlockSize == 0 &&

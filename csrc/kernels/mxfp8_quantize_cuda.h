@@ -29,14 +29,22 @@ struct Mxfp8LaunchStatus {
 // checked.
 //
 // tile_sums (optional): with rowwise + colwise blocks run by the tile kernel
-// and K % 32 == 0, that kernel also writes each column's sum over each
-// 32-row colwise block (float32, the perfect pairwise tree, NaN canonical) to
-// tile_sums[(a * K / 32 + kb) * W + c] (W = C * L) and the status says
-// tile_sums_written; otherwise tile_sums is not touched.
+// and K % 32 == 0, or rowwise only when Mxfp8RowTileSumsTake, that kernel
+// also writes each column's sum over each 32-row block of K (float32, the
+// perfect pairwise tree, NaN canonical) to tile_sums[(a * K / 32 + kb) * W +
+// c] (W = C * L) and the status says tile_sums_written; otherwise tile_sums
+// is not touched.
 Mxfp8LaunchStatus Mxfp8Quantize(const Mxfp8QuantizeProblem& problem,
                                 const Mxfp8QuantizeBuffers& buffers,
                                 CUstream_st* stream,
                                 float* tile_sums = nullptr);
+
+// Whether Mxfp8Quantize writes tile_sums for a rowwise-only `problem` (its
+// rows then viewed as A x K with K % 32 == 0, e.g. one dbias tree per
+// example along K): L % 32 == 0, x 16-byte aligned, the rowwise bytes
+// aligned to 16 input bytes' worth.
+bool Mxfp8RowTileSumsTake(const Mxfp8QuantizeProblem& problem,
+                          const Mxfp8QuantizeBuffers& buffers);
 
 }  // namespace eqx_quant::cuda
 

@@ -10,10 +10,10 @@ partition only keeps blocks whole on each device.
 
 The kernel (inner primitive) returns the dbias as the node sums and cast of `_dbias.py`. It
 takes one tree per example over at most one axis longer than 1 (a (tokens, hidden) gradient,
-or one whose other reduced axes are 1), and x is read once on the GPU: rowwise only, the
-dbias kernel writes the rowwise blocks; with both layouts the nodes are the 32-row colwise
-blocks (when K = 32 * 2^j; up to MAX_TILE_NODES of them) and the MXFP8 tile kernel writes
-their sums. Reduced axes that may run as one (`_mergeable`: e.g. (batch, sequence) with a
+or one whose other reduced axes are 1), and x is read once on the GPU: when K = 32 * 2^j (up
+to MAX_TILE_NODES 32-row blocks) the nodes are its 32-row blocks and the MXFP8 tile kernel
+writes their sums (with both layouts, those of the colwise blocks); otherwise, rowwise only,
+the dbias kernel writes the rowwise blocks. Reduced axes that may run as one (`_mergeable`: e.g. (batch, sequence) with a
 power-of-two batch) are merged first. Other trees (a kept axis, or reduced axes that do not
 merge) take the FP8 op's dbias-only form next to this op's kernel.
 """
@@ -202,12 +202,15 @@ MAX_TILE_NODES = 1024
 
 
 def _block_nodes(params, x_shape, keep: int) -> int | None:
-    """With both layouts, the number of 32-row colwise blocks along K = S[fa-1] when they are
-    the nodes of the tree (K = 32 * 2^j, the only reduced axis, split: on the GPU the MXFP8
-    tile kernel writes their sums); else None."""
+    """The number of 32-row blocks along K = S[fa-1] when they are the nodes of the tree (K =
+    32 * 2^j, the only reduced axis, split: on the GPU the MXFP8 tile kernel writes their sums
+    in its read of x), with both layouts (the colwise blocks) or rowwise only (whole rowwise
+    blocks in the last dim); else None."""
     nb, fa = params.n_batch, params.flatten_axis
     s = x_shape[nb:]
-    if not (params.rowwise and params.colwise) or keep != fa - 1:
+    if not params.rowwise or keep != fa - 1:
+        return None
+    if not params.colwise and s[-1] % BLOCK:
         return None
     if any(d != 1 for d in s[: fa - 1]) or s[fa - 1] % BLOCK:
         return None
