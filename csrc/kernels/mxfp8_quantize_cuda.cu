@@ -61,7 +61,7 @@
 //     8192^2 bf16 (b2b, with the finish of the 256 node sums): 65.1 -> 55.7
 //     us against the column tree sums kernel with the rowwise blocks
 //     (DbiasTreeKernel<MxRow>, latency bound at 2 CTAs per SM); 4096^2 24.0
-//     -> 17.1.
+//     -> 16.9.
 //   * RowScalarKernel / ColScalarKernel (mxfp8_scalar_cuda.cuh): one thread
 //     per block, scalar loads, for every other shape or alignment (L % 32 !=
 //     0, rows not a multiple of 16 input bytes, misaligned buffers). The
