@@ -81,7 +81,7 @@ constexpr int kBlocksPerSm = 4;
 // other (half the vectors live): 71.4 / 67.2 at 2 CTAs, 65.0 / 66.7 at 3,
 // 67.6 / 67.7 at 4; not kept. (Since then the rows K = 32 * 2^j, these
 // shapes among them, take the MXFP8 tile kernel's 32-row sums instead:
-// mxfp8_quantize_cuda.cu, 55.7 / 55.6 us.)
+// mxfp8_tile_cuda.cuh, 55.7 / 55.6 us.)
 constexpr int kMxBlocksPerSm = 2;
 
 // fn(In{}) for the input type's mxfp8 input struct; `otherwise` for an

@@ -16,7 +16,7 @@
 // each, through a cp.async double buffer: warp w owns slab rows w, w+8, w+16,
 // w+24, one 16-byte vector per lane and row (16 KiB of input per slab), the
 // next slab's copies in flight while the current one is processed. Per slab
-// the data path is the dense MXFP8 TileKernel's (mxfp8_quantize_cuda.cu):
+// the data path is the dense MXFP8 TileKernel's (mxfp8_tile_cuda.cuh):
 //   rowwise: a block is 32 / kVec consecutive lanes (shuffle max), the FP8
 //     bytes staged in the warp's consumed slots and written with 16-byte
 //     streaming stores ("wide": N % 16 == 0 and 16-byte aligned outputs;
