@@ -73,13 +73,14 @@ def kernels():
 _ORIGINAL = {name: getattr(_nvfp4, name) for name in ("_nv_encode_core", "_rht_core")}
 
 
-def _sr_core(xb, amax_b, amax_g, words):
-    """The stochastic-rounding path of the reference's block computation."""
+def _sr_core(xb, amax_b, amax_g, r):
+    """The stochastic-rounding path of the reference's block computation (`r`: the random
+    bytes of the elements, 0..255)."""
     s_enc = _nvfp4.global_encode_scale(amax_g)
     sdb = _nvfp4.block_scale_bytes(amax_b, s_enc)
     enc = _nvfp4.block_encode_scale(sdb, s_enc)
     y = _ieee.multiply(xb, jnp.broadcast_to(enc[:, None], xb.shape))
-    return _sr.encode_e2m1_sr(y, words), sdb
+    return _sr.encode_e2m1_sr(y, r), sdb
 
 
 @functools.cache
@@ -235,25 +236,38 @@ def _from_2d(b: np.ndarray, shape4, use_2d: bool) -> np.ndarray:
     return b.reshape(p, r, qp, b.shape[-1])[:, :, :q].transpose(0, 2, 1, 3)
 
 
-def _ref_2d(x2, use_2d: bool, amax_g, words2=None):
-    """(codes, scale bytes) of a 2-D view: `nvfp4_quantize`, or its SR path with `words2`."""
+def _ref_2d(x2, use_2d: bool, amax_g, bytes2=None):
+    """(codes, scale bytes) of a 2-D view: `nvfp4_quantize`, or its SR path with the random
+    bytes `bytes2` (one per element of `x2`)."""
     g = np.asarray(amax_g, np.float32).reshape(1)
-    if words2 is None:
+    if bytes2 is None:
         data, scale, _ = _nvfp4.nvfp4_quantize(jnp.asarray(x2), use_2d, g)
         return np.asarray(_nvfp4.e2m1_codes(data)), np.asarray(scale).view(np.uint8)
     m, n = x2.shape
     xb, ab = _nvfp4._blocks(jnp.asarray(x2), use_2d)
     nb = ab.shape[1]
-    wp = np.pad(np.asarray(words2), ((0, 0), (0, nb * 16 - n))).reshape(-1, 16)
+    rp = np.pad(np.asarray(bytes2), ((0, 0), (0, nb * 16 - n))).reshape(-1, 16)
     codes, sdb = _SR_CORE(
-        np.asarray(xb).reshape(-1, 16), np.asarray(ab).reshape(-1), np.full(m * nb, g[0]), wp
+        np.asarray(xb).reshape(-1, 16), np.asarray(ab).reshape(-1), np.full(m * nb, g[0]), rp
     )
     return codes.reshape(m, nb * 16)[:, :n], sdb.reshape(m, nb)
 
 
-def _words(s, key, offset, global_shape, stream: int) -> np.ndarray:
+def _row_bytes(s, key, offset, global_shape) -> np.ndarray:
+    """The rowwise SR bytes (stream 0) of an example block of shape `s` at `offset` in
+    `global_shape`: at the element's row-major index in the global x; shape `s`."""
     lo, hi = _sr.global_index(tuple(s), jnp.asarray(offset, jnp.int32), tuple(global_shape))
-    return np.asarray(_sr.random_words(jnp.asarray(key, jnp.uint32), lo, hi, stream))
+    return np.asarray(_sr.random_bytes(jnp.asarray(key, jnp.uint32), lo, hi, 0))
+
+
+def _col_bytes(s, fa: int, key, offset, global_shape) -> np.ndarray:
+    """The colwise SR bytes (stream 1) of the same block: at the colwise element's row-major
+    index in the global T layout `G[fa:] + G[:fa]`; shape `s[fa:] + s[:fa]` (T layout)."""
+    offset = [int(o) for o in np.asarray(offset).reshape(-1)]
+    s, g = tuple(s), tuple(global_shape)
+    t_offset = jnp.asarray(offset[fa:] + offset[:fa], jnp.int32)
+    lo, hi = _sr.global_index(s[fa:] + s[:fa], t_offset, g[fa:] + g[:fa])
+    return np.asarray(_sr.random_bytes(jnp.asarray(key, jnp.uint32), lo, hi, 1))
 
 
 def reference_example(xe, amax, col_amax, fa, rowwise, colwise, use_2d, use_rht, mask=MASK,
@@ -264,12 +278,13 @@ def reference_example(xe, amax, col_amax, fa, rowwise, colwise, use_2d, use_rht,
     x4 = np.asarray(xe).reshape(a, k, c, l_)
     sr = key is not None
     if sr:
-        w_row = _words(s, key, offset, global_shape, 0).reshape(a, k, c, l_)
-        w_col = _words(s, key, offset, global_shape, 1).reshape(a, k, c, l_)
+        b_row = _row_bytes(s, key, offset, global_shape).reshape(a, k, c, l_)
+        if colwise:
+            b_col = _col_bytes(s, fa, key, offset, global_shape).reshape(c, l_, a, k)
     out = [None] * 4
     if rowwise:
-        words = _to_2d(w_row, use_2d) if sr else None
-        codes, scale = _ref_2d(_to_2d(x4, use_2d), use_2d, amax, words)
+        r = _to_2d(b_row, use_2d) if sr else None
+        codes, scale = _ref_2d(_to_2d(x4, use_2d), use_2d, amax, r)
         out[0] = _from_2d(codes, x4.shape, use_2d)
         out[1] = _from_2d(scale, x4.shape, use_2d)
     if colwise:
@@ -277,8 +292,8 @@ def reference_example(xe, amax, col_amax, fa, rowwise, colwise, use_2d, use_rht,
         x2 = _to_2d(xt, use_2d)
         if use_rht:
             x2 = np.asarray(_nvfp4.rht(jnp.asarray(x2), mask))
-        words = _to_2d(w_col.transpose(2, 3, 0, 1), use_2d) if sr else None
-        codes, scale = _ref_2d(x2, use_2d, col_amax, words)
+        r = _to_2d(b_col, use_2d) if sr else None
+        codes, scale = _ref_2d(x2, use_2d, col_amax, r)
         out[2] = _from_2d(codes, xt.shape, use_2d)
         out[3] = _from_2d(scale, xt.shape, use_2d)
     return out

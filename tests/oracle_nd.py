@@ -118,7 +118,8 @@ def mxfp8_dequantize_nd(data, scale, dq_dtype, flatten_axis: int = -1, rowwise=T
 def _nv_rows(rows, use_2d, amax, key, idx_rows, stream):
     """NVFP4 of a stacked 2-D matrix: (codes uint8, scale bytes, amax (1,)). RN through the
     2-D oracle, or SR: y = fl(x * enc) from the 2-D oracle's block quantities, rounded by
-    oracle_sr.e2m1_sr with the words of the elements' global indices `idx_rows`."""
+    oracle_sr.e2m1_sr with the random bytes of the elements' SR indices `idx_rows` (rowwise:
+    in the global x; colwise: in the global T layout)."""
     m, n = rows.shape
     if key is None:
         d, sc, g = ob.nvfp4_quantize(rows, use_2d, amax)
@@ -126,7 +127,7 @@ def _nv_rows(rows, use_2d, amax, key, idx_rows, stream):
     blocks, sc, enc, g = ob.nvfp4_block_encode(rows, use_2d, amax)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         y = (blocks * enc[:, :, None]).astype(F32).reshape(m, -1)[:, :n]
-    r = osr.random_words(key, idx_rows, stream)
+    r = osr.random_bytes(key, idx_rows, stream)
     return osr.e2m1_sr(y, r), _u8(sc), g
 
 
@@ -152,8 +153,10 @@ def nvfp4_quantize_nd(
     RHT (1D, colwise only, K % 16 == 0): bf16 RHT along K before the colwise part.
     amax / col_amax: the rowwise / colwise global amax (default: max|x|; the colwise one is
     max|RHT(x)| with RHT, else the rowwise one). key: two uint32 words -> stochastic rounding,
-    stream 0 rowwise, 1 colwise, index ravel(s + offset, global_shape) of the x element
-    (defaults: offset 0, global_shape S)."""
+    stream 0 rowwise with index ravel(s + offset, global_shape) of the x element, stream 1
+    colwise with index ravel(T(s + offset), T(global_shape)) of the colwise element, its
+    position in the global T layout, T(v) = v[fa:] + v[:fa] (with RHT too: the position, not
+    the source element) (defaults: offset 0, global_shape S)."""
     x = np.asarray(x).astype(F32)
     s = x.shape
     fa, (a, k, c, l) = view_dims(s, flatten_axis, need_k=colwise or use_2d)
@@ -163,11 +166,14 @@ def nvfp4_quantize_nd(
     if use_rht and colwise and k % b:
         raise ValueError(f"the RHT needs K % 16 == 0, got K = {k}")
     x4 = x.reshape(a, k, c, l)
-    i4 = np.zeros((a, k, c, l), np.uint64)
+    i4 = np.zeros((a, k, c, l), np.uint64)  # rowwise SR index, at x's (a, k, c, l)
+    it4 = np.zeros((c, l, a, k), np.uint64)  # colwise SR index, at the T layout's (c, l, a, k)
     if key is not None:
         off = np.zeros(len(s), np.int64) if offset is None else offset
-        i4 = osr.global_index(s, off, s if global_shape is None else global_shape)
-        i4 = i4.reshape(a, k, c, l)
+        glob = s if global_shape is None else global_shape
+        i4 = osr.global_index(s, off, glob).reshape(a, k, c, l)
+        if colwise:
+            it4 = osr.colwise_global_index(s, off, glob, fa).reshape(c, l, a, k)
     amax_r = ob.global_amax(x) if amax is None else np.asarray(amax, F32).reshape(1)
     kp = _cdiv(k, b) * b if use_2d else k
     lp = _cdiv(l, b) * b
@@ -197,7 +203,7 @@ def nvfp4_quantize_nd(
             return _pad_kl(t.transpose(1, 3, 0, 2), kq, lq).transpose(2, 0, 3, 1)
 
         rows = pad(xt).reshape(-1, kq)  # rows (c, a, l); blocks along K
-        irows = pad(i4.transpose(2, 0, 3, 1)).reshape(-1, kq)  # index of the x element
+        irows = pad(it4.transpose(0, 2, 1, 3)).reshape(-1, kq)  # index in the T layout
         d, sc, g = _nv_rows(rows, use_2d, amax_c, key, irows, 1)
         d = d.reshape(c, a, lq, kq)[:, :, :l, :k].transpose(0, 2, 1, 3)
         sc = sc.reshape(c, a, lq, kq // b)[:, :, :l].transpose(0, 2, 1, 3)

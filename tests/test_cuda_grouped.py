@@ -19,8 +19,9 @@ patterns (empty groups, 1, 31, 33, 127, 129 rows, one giant group, everything in
 group, a sum below M, a negative size and a sum above M; check=False, so rows past the sum
 are zero). Modes: current and (grouped) delayed tensor scaling (the flat T colwise layout,
 per-group amax), MXFP8 e4m3 / e5m2, NVFP4 1D, 2D and stochastic rounding (per-group key,
-local indices). Also rows_per_unit > 1, weight-like inputs, special values (NaN, inf,
-subnormals), vmap, a large tensor (many CTAs, R*N = 2^26) and CUDA-graph replay.
+indices local to the group: rowwise in its rows, colwise in its T layout). Also
+rows_per_unit > 1, weight-like inputs, special values (NaN, inf, subnormals), vmap, a large
+tensor (many CTAs, R*N = 2^26) and CUDA-graph replay.
 """
 
 import functools
@@ -176,11 +177,15 @@ def test_rows_per_unit(mode):
 
 
 @pytest.mark.parametrize("n", [45, 46])
-def test_nvfp4_sr_column_pairs(n):
-    """Colwise SR: with N even the kernel draws one Threefry pair for columns 2m, 2m + 1
-    (lanes exchange words), with N odd one per element; the last column tile is partial."""
+def test_nvfp4_sr_colwise_octets(n):
+    """Colwise SR: element (c, r) of group g's T layout (N, rows_g) has index c * rows_g + r,
+    so one Threefry call serves 8 consecutive rows of a column when rows_g % 8 == 0 and the
+    octets straddle two columns otherwise (group sizes of every residue mod 8, tiny groups
+    of 1..6 rows); the last column tile is partial (N = 45, 46)."""
     x = spread_random((M, n), jnp.bfloat16, seed=14)
-    _check(x, PATTERNS[:3], "nvfp4_sr", layouts=ROW_AND_BOTH)
+    octets = [[8, 16, 24, 40, 64, 169], [1, 2, 3, 4, 5, 6], [7, 15, 33, 57, 100, 109],
+              [17, 26, 43, 60, 77, 98]]
+    _check(x, PATTERNS[:3] + octets, "nvfp4_sr", layouts=ROW_AND_BOTH)
 
 
 def _special_values():

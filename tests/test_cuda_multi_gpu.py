@@ -91,13 +91,17 @@ def test_quantize_dbias_two_gpus_bit_identical(name, spec):
     _compare(got, expected, f"dbias {name} {spec}")
 
 
-def test_nvfp4_stochastic_rounding_two_gpus_bit_identical():
-    q = eqq.NVFP4Quantizer(q_layout=BOTH, stochastic_rounding=True)
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "x")], ids=str)
+@pytest.mark.parametrize("use_rht", [False, True], ids=["1d", "rht"])
+def test_nvfp4_stochastic_rounding_two_gpus_bit_identical(use_rht, spec):
+    """The shard's offset places the rowwise bytes in x and the colwise bytes in the T layout
+    (a row shard offsets the T layout's last dim, a column shard its first)."""
+    q = eqq.NVFP4Quantizer(q_layout=BOTH, use_rht=use_rht, stochastic_rounding=True)
     x = jnp.asarray(random_input((512, 1024), jnp.bfloat16, seed=13) * 2)
     key = jax.random.key_data(jax.random.key(7))
     fn = lambda a, k: eqq.quantize(a, q, key=jax.random.wrap_key_data(k))  # noqa: E731
-    got, expected, hlo = _one_and_two_gpus(fn, x, P("x", None), key)
-    _compare(got, expected, "nvfp4 sr")
+    got, expected, hlo = _one_and_two_gpus(fn, x, spec, key)
+    _compare(got, expected, f"nvfp4 sr rht={use_rht} {spec}")
     assert "all-gather" not in hlo, "the input must not be gathered"
 
 

@@ -23,8 +23,10 @@ tensors; PanelKernel (1D colwise with K % 16 == 0 and L % 16 == 0: with and with
 stochastic rounding, rowwise optional; partial panel and vector groups); AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
 stochastic rounding, alone and combined; vmapped batches (per-example amax, key). The raw op
 (`jax.ffi.ffi_call`, GPU target vs CPU target) covers what the public API does not reach
-unsharded: stochastic-rounding indices of a shard (offset, global shape), indices >= 2^32 and
-the 32-bit wrap of s + offset. A subprocess replays the ops under CUDA graphs.
+unsharded: stochastic-rounding indices of a shard (offset, global shape; rowwise in x, colwise
+in the T layout), indices >= 2^32 and >= 2^35 (the octet counter's high word), the wrap of the
+octet counter's low word inside a block and the 32-bit wrap of s + offset. A subprocess
+replays the ops under CUDA graphs.
 """
 
 import functools
@@ -347,22 +349,35 @@ SHARDED = [
     ((33, 40), 0, 1, (5, 7), (100, 64), False, False),  # tile kernel, partial blocks
     ((3, 32, 40), 0, 1, (1, 16, 0), (8, 64, 40), True, False),  # C = 32, 2D
     ((64, 48), 0, 1, (64, 0), (256, 48), False, True),  # RHT
-    ((2, 16, 32), 1, 1, (69000, 1000), (70000, 70000), False, False),  # index >= 2^32
-    ((16, 32), 0, 1, (-3, 2**31 - 9), (16, 2**31), False, False),  # 32-bit wrap of s + offset
-    # the last dim's term wraps inside a block; odd row stride: even and odd first indices
+    ((64, 48), 0, 1, (64, 16), (256, 96), False, True),  # RHT, T offset in both dims
+    ((2, 16, 32), 1, 1, (69000, 1000), (70000, 70000), False, False),  # row index >= 2^32
+    ((2, 16, 32), 1, 1, (1000, 69000), (70000, 70000), False, False),  # col index >= 2^32
+    # indices >= 2^35: the octet counter's high word, both parts
+    ((16, 32), 0, 1, (299000, 298000), (300000, 300000), False, False),
+    # 32-bit wrap of s + offset: rowwise between rows (k - 3), colwise inside a K block
+    ((16, 32), 0, 1, (-3, 2**31 - 9), (16, 2**31), False, False),
+    # the last dim's term wraps inside a block; row stride 2^31 + 1 (1 mod 8): first indices
+    # at six positions of an octet; rowwise (x's L) and colwise (the T layout's K)
     ((6, 48), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # tile / scalar kernels
     ((6, 64), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # fast row kernel (L % 16 == 0)
-    # row 15's indices run over 2^33 - 41 ..: the low word of the pair counter wraps inside a
-    # run of the row kernel (odd first index) and of a tile kernel block
-    ((2, 64), 0, 1, (14, 2**29 - 41), (16, 2**29), False, False),
+    ((48, 16), 0, 1, (-21, 3), (2**31 + 1, 16), False, False),  # colwise: K term wraps
+    ((48, 16), 0, 1, (-21, 3), (2**31 + 1, 32), False, True),  # the same through the RHT
+    # row 15's indices run over 2^35 - 41 ..: the low word of the octet counter wraps inside
+    # a run of the row kernel (first index at position 7 of an octet) and of a tile kernel
+    # block; colwise, T row 1 of the second case runs over 2^35 - 41 .. inside a K block
+    ((2, 64), 0, 1, (14, 2**31 - 41), (16, 2**31), False, False),
+    ((64, 2), 0, 1, (2**31 - 41, 14), (2**31, 16), False, False),
     # the fast row kernel's SR cursor (a lane's vectors 2048 elements apart): rank 3 (rows
     # over two dims), L = 16 (128 rows on), L = 2064 > 2048 (a column carry on most steps)
     ((4, 8, 32), 0, 1, (1, 2, 32), (8, 16, 96), False, False),
     ((300, 16), 0, 1, (7, 3), (1000, 32), False, False),
     ((8, 2064), 0, 1, (1, 16), (16, 4096), False, False),
-    # colwise SR by column pairs (even global L, even last offset) with a pair cut by the
-    # tensor's edge: column 32 is the last one, its partner lane draws words it never stores
+    # colwise octets along K misaligned with the blocks (K offset 2) and cut by the tensor's
+    # edge: K = 40 ends two elements into an octet whose other six bytes are never stored
     ((40, 33), 0, 1, (2, 4), (64, 64), False, False),
+    # K = 13 of 21 global rows: colwise octets straddle T rows (and C > 1, A > 1)
+    ((2, 13, 3, 16), 0, 2, (1, 3, 0, 16), (3, 21, 3, 48), False, False),
+    ((2, 32, 3, 16), 0, 2, (1, 16, 0, 16), (3, 64, 3, 48), True, False),  # 2D, tiles
 ]
 
 
@@ -376,8 +391,9 @@ SR_INDEX_CASES = [
     "case,parts", SR_INDEX_CASES, ids=[f"{c[:5]}-{p}" for c, p in SR_INDEX_CASES]
 )
 def test_stochastic_rounding_index(case, parts):
-    """SR words from ravel(s + offset, global_shape) (a shard of a larger tensor), batched keys,
-    row kernels and tile kernel: the raw op on the GPU == the raw op on the CPU."""
+    """SR bytes from ravel(s + offset, global_shape) rowwise and from the T-layout position
+    ravel(T(s + offset), T(global_shape)) colwise (a shard of a larger tensor), batched keys,
+    row kernels, tile and panel kernels: the raw op on the GPU == the raw op on the CPU."""
     shape, n_batch, fa, offset, global_shape, use_2d, use_rht = case
     x = spread_random(shape, jnp.bfloat16, seed=21)
     batch = shape[:n_batch]

@@ -130,6 +130,16 @@ def test_reference_matches_oracle(name):
         check_against_oracle(gt, o, name, REF_SHAPE, -1, sizes, f"reference {sizes}")
 
 
+def test_reference_sr_both_parts_match_oracle():
+    """NVFP4 SR through the reference with both parts (REFERENCE_CASES runs it rowwise
+    only): each group's colwise bytes sit at the indices of its own T layout (N, rows_g)."""
+    x = make_input(REF_SHAPE, DTYPES["f32"], seed=10)
+    for sizes in (PATTERNS[0], PATTERNS[5]):  # rows_g of many residues mod 8
+        gt = run(x, sizes, "nvfp4_sr", L.ROWWISE_COLWISE, "reference")
+        o = expected(x, sizes, "nvfp4_sr", L.ROWWISE_COLWISE)
+        check_against_oracle(gt, o, "nvfp4_sr", REF_SHAPE, -1, sizes, f"reference sr {sizes}")
+
+
 def test_random_patterns_many_groups():
     """G = 13 random sizes with many zeros (one compiled function per mode)."""
     rng = np.random.default_rng(21)

@@ -10,7 +10,8 @@ Expected values come from the reference's 2-D functions on views of each example
 `(C, L, A, K)` (after `rht` with RHT). In 2D mode the 16x16 tiles of an example are the
 tiles of its `(a, c)` slices `(K, L)`; the slices are stacked (zero-padded to 16 rows each) so
 that one reference call covers them all. Stochastic rounding reuses the reference's scale
-functions and `encode_e2m1_sr` with the words of `random_words` / `global_index`.
+functions and `encode_e2m1_sr` with the bytes of `random_bytes` at the `global_index` of each
+element: rowwise in the global x, colwise in the global T layout `G[fa:] + G[:fa]`.
 
 Compile time: the reference's bit-level cores take seconds to compile, so they run here
 eagerly on fixed-size chunks of blocks, each jitted once (`_chunked`).

@@ -1,6 +1,6 @@
-"""Bit-exact tests of the NVFP4 CPU kernels: stochastic rounding (counter-based bits at
-global indices) and operand validation. Method and helpers: test_nvfp4_kernel.py,
-nvfp4_kernel_calls.py."""
+"""Bit-exact tests of the NVFP4 CPU kernels: stochastic rounding (counter-based random bytes
+at global indices: rowwise in x, colwise in the T layout) and operand validation. Method and
+helpers: test_nvfp4_kernel.py, nvfp4_kernel_calls.py."""
 
 import jax
 import jax.numpy as jnp
@@ -13,9 +13,10 @@ from nvfp4_kernel_calls import (  # noqa: F401 (fixtures)
     OUT_DTYPES,
     QUANTIZE_TARGET,
     _amaxes,
+    _col_bytes,
     _finite_amax,
     _rht_amaxes,
-    _words,
+    _row_bytes,
     check_quantize,
     chunked_cores,
     kernel_quantize,
@@ -36,6 +37,15 @@ SR_CASES = [
     ((7, 13), -1, (3, 19), (10, 40)),
     ((16, 48), -1, (0, 0), (16, 48)),
     ((16, 1100), -1, (16, 5), (64, 2048)),
+    # colwise octets misaligned with the blocks (K offset 2) and cut by the edge (K = 40)
+    ((40, 33), -1, (2, 4), (64, 64)),
+    # K = 13 of 21 rows: the colwise octets straddle T rows
+    ((13, 24), -1, (3, 5), (21, 40)),
+    ((2, 13, 3, 16), -2, (1, 3, 0, 16), (3, 21, 3, 48)),
+    # indices over 2^35 - 41 ..: the octet counter's low word wraps inside a rowwise block
+    # (row 15) and inside a colwise block (T row 15)
+    ((2, 64), -1, (14, 2**31 - 41), (16, 2**31)),
+    ((64, 2), -1, (2**31 - 41, 14), (2**31, 16)),
 ]
 
 
@@ -57,15 +67,22 @@ def test_stochastic_rounding(shape, fa, offset, global_shape, mode):
                    offset=np.array(offset, np.int32), global_shape=global_shape)
 
 
-def test_stochastic_rounding_exact_threshold():
-    """Elements whose fraction is exactly the element's 24 random bits: `r24 < threshold` is
-    false, so they round down. amax_g = 2688 and a 6 in every block make the multiplier 1,
-    so y = x = r24 * 2^-25 (exact, frac(y / 0.5) = r24 * 2^-24)."""
+@pytest.mark.parametrize("above", [False, True], ids=["at", "above"])
+def test_stochastic_rounding_exact_threshold(above):
+    """Elements whose fraction is exactly (r + 1/2) / 256 for their own random byte r round
+    down (`(r + 1/2) * 2^-8 < frac` is false); 2^-19 above it they round up. amax_g = 2688
+    and a 6 in every block make the multiplier 1, so y = x = (2r + 1) * 2^-10 (+ 2^-20):
+    exact, frac(y / 0.5) = (r + 1/2) / 256 (+ 2^-19). Rowwise r is the byte of the x index,
+    colwise that of the T-layout index."""
     shape, key = (16, 32), np.array([7, 9], np.uint32)
-    for stream, rowwise in ((0, True), (1, False)):
-        words = _words(shape, key, np.zeros(2, np.int32), shape, stream)
-        x = ((words >> 8).astype(np.float64) * 2.0**-25).astype(np.float32)
-        x *= np.resize(np.float32([1, -1, -1, 1, 1]), x.shape)
+    zero = np.zeros(2, np.int32)
+    for rowwise in (True, False):
+        if rowwise:
+            r = _row_bytes(shape, key, zero, shape)
+        else:
+            r = _col_bytes(shape, 1, key, zero, shape).T  # T layout (32, 16) back to x's
+        x = (2 * r.astype(np.float64) + 1) * 2.0**-10 + (2.0**-20 if above else 0.0)
+        x = x.astype(np.float32) * np.resize(np.float32([1, -1, -1, 1, 1]), shape)
         if rowwise:
             x[:, ::16] = 6.0
         else:
@@ -74,12 +91,20 @@ def test_stochastic_rounding_exact_threshold():
         out = check_quantize(x[None], g, g, n_batch=1, rowwise=rowwise, colwise=not rowwise,
                              keys=key[None])
         codes = out[0][0] if rowwise else out[2][0].T
-        assert ((codes & 7) == np.where(x == 6.0, 7, 0)).all()
+        assert ((codes & 7) == np.where(x == 6.0, 7, int(above))).all()
+        assert ((codes & 8) == np.where(x < 0, 8, 0)).all()
 
 
-def test_stochastic_rounding_large_index():
-    """Global linear indices above 2^32 (the hi word of the counter)."""
-    shape, global_shape, offset = (16, 32), (70000, 70000), (69000, 1000)
+@pytest.mark.parametrize(
+    "global_shape,offset",
+    [((70000, 70000), (69000, 1000)), ((70000, 70000), (1000, 69000)),
+     ((300000, 300000), (299000, 298000))],
+)
+def test_stochastic_rounding_large_index(global_shape, offset):
+    """Global linear indices above 2^32 (the index's high word; rowwise for offset (69000,
+    1000), colwise for (1000, 69000)) and above 2^35 (the high word of the octet counter, both
+    parts)."""
+    shape = (16, 32)
     x = make_inputs(shape, jnp.float16, seed=4)
     amax = _amaxes(x)
     keys = np.array([[1, 2], [3, 4], [5, 6]], np.uint32)
@@ -87,11 +112,17 @@ def test_stochastic_rounding_large_index():
                    global_shape=global_shape)
 
 
-def test_stochastic_rounding_last_dim_wrap():
-    """The last dim's index term uint32(s + offset) wraps inside a block (offset -21): the run's
-    indices drop by 2^32 there, so its pairs come from the exact indices, not from the first
-    one. The odd row stride 2^31 + 1 gives rows with even and with odd first indices."""
-    shape, global_shape, offset = (6, 48), (16, 2**31 + 1), (3, -21)
+@pytest.mark.parametrize(
+    "shape,global_shape,offset",
+    [((6, 48), (16, 2**31 + 1), (3, -21)), ((48, 6), (2**31 + 1, 16), (-21, 3))],
+    ids=["rowwise", "colwise"],
+)
+def test_stochastic_rounding_last_dim_wrap(shape, global_shape, offset):
+    """The index term uint32(s + offset) of the last dim of the part's layout wraps inside a
+    block (offset -21; rowwise: x's L, colwise: the T layout's K): the run's indices drop by
+    2^32 - 1 there, so its octets come from the exact indices, not from the first one. The
+    row stride 2^31 + 1 (1 mod 8) puts the rows' first indices at six different positions of
+    an octet."""
     x = make_inputs(shape, jnp.float32, seed=5)
     amax = _amaxes(x)
     keys = np.array([[9, 8], [0xFFFFFFFF, 1], [2, 0x80000000]], np.uint32)
@@ -105,7 +136,7 @@ def test_stochastic_rounding_changes_with_key_and_stream():
     outs = [kernel_quantize(x, amax, amax, sr=True, key=np.array(k, np.uint32))
             for k in ([1, 2], [1, 3])]
     assert (outs[0][0] != outs[1][0]).any()
-    # the colwise part draws other words than the rowwise part for the same element
+    # the colwise part draws other bytes than the rowwise part for the same element
     assert (outs[0][0] != outs[0][2].T).any()
     rn = kernel_quantize(x, amax, amax)
     assert (outs[0][0] != rn[0]).any() and (outs[0][1] == rn[1]).all()

@@ -1,9 +1,8 @@
-"""Self-tests of the N-d block oracle (`oracle_nd.py`) and the stochastic-rounding oracle
-(`oracle_sr.py`), and bit-exact cross-checks of the library's SR reference
-(`eqx_quant.reference._sr`) against the latter (docs/block_formats.md)."""
+"""Self-tests of the N-d block oracle (`oracle_nd.py`), including its stochastic rounding, and
+bit-exact cross-checks of the library's SR block reference (`eqx_quant.reference._blocks`)
+against it (docs/block_formats.md). The SR oracle's own tests: test_oracle_sr.py."""
 
 import math
-from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -13,241 +12,16 @@ import oracle_blocks as ob
 import oracle_nd as on
 import oracle_sr as osr
 import pytest
-from jax._src.random.threefry2x32 import threefry2x32_p
 
-from eqx_quant.reference import _sr
+from eqx_quant.reference import _blocks
 
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
-GRID = osr.E2M1_GRID
 KEY = np.array([0x12345678, 0x9ABCDEF0], np.uint32)
 NV_MODES = [(False, False), (True, False), (False, True)]  # (use_2d, use_rht)
-R_EDGES = [0, 1, 0xFF, 0x100, 0x1FF, 0x7FFFFF00, 0x7FFFFFFF, 0x80000000, 0x800000FF,
-           0xFFFFFE00, 0xFFFFFF00, 0xFFFFFFFF]
 
 
 def _rng(seed=0):
     return np.random.default_rng(seed)
-
-
-def _u32(rng, shape):
-    return rng.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32)
-
-
-def _neighbours(a):
-    """Lower and upper E2M1 grid magnitudes around |y| = a in [0, 6] (searched on the grid)."""
-    i = np.searchsorted(GRID, a, side="right") - 1
-    lo = GRID[i]
-    hi = np.where(lo == a, lo, GRID[np.minimum(i + 1, 7)])
-    return lo, hi
-
-
-def _edge_values():
-    """float32 edge values of E2M1 SR: grid points, ties, binade edges, subnormals, specials,
-    their float32 neighbours, both signs."""
-    f = np.float32
-    base = [0.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 4.5, 5.0, 5.5, 5.999, 6.0, 7.0, 8.0,
-            1e-45, 1e-40, 1.1754942e-38, 1.1754944e-38, 1e-10, 0.1, 1e30, 3.4028235e38]
-    base += list(GRID) + [np.inf, np.nan]
-    v = np.array(base, f)
-    fin = v[np.isfinite(v)]
-    with np.errstate(over="ignore"):  # nextafter(FLT_MAX, inf) = inf
-        v = np.concatenate([v, np.nextafter(fin, f(np.inf)), np.nextafter(fin, f(0))])
-    return np.concatenate([v, -v]).astype(f)
-
-
-# ---------------------------------------------------------------------------------------------
-# Threefry, random words, global index
-
-
-def _random_counters(n, seed):
-    rng = _rng(seed)
-    args = [_u32(rng, n) for _ in range(4)]
-    edge = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF], np.uint32)
-    grid = [g.reshape(-1) for g in np.meshgrid(edge, edge, edge, edge, indexing="ij")]
-    return [np.concatenate([a, g]) for a, g in zip(args, grid)]
-
-
-def test_threefry_equals_jax_primitive_and_known_answers():
-    # Random123 kat_vectors, threefry2x32 with 20 rounds: (ctr0, ctr1, key0, key1) -> out
-    kat = [((0, 0, 0, 0), (0x6B200159, 0x99BA4EFE)),
-           ((0xFFFFFFFF,) * 4, (0x1CB996FC, 0xBB002BE7)),
-           ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xC4923A9C, 0x483DF7A0))]
-    for (c0, c1, k0, k1), want in kat:
-        assert tuple(int(w) for w in osr.threefry2x32(k0, k1, c0, c1)) == want
-    k0, k1, c0, c1 = _random_counters(20000, 1)
-    want = threefry2x32_p.bind(*(jnp.asarray(a) for a in (k0, k1, c0, c1)))
-    got = osr.threefry2x32(k0, k1, c0, c1)
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, np.asarray(w))
-    # broadcasting: one key, many counters
-    g0, _ = osr.threefry2x32(k0[0], k1[0], c0, c1)
-    full = (np.broadcast_to(a, c0.shape) for a in (k0[0], k1[0], c0, c1))
-    w0 = threefry2x32_p.bind(*(jnp.asarray(a) for a in full))
-    np.testing.assert_array_equal(g0, np.asarray(w0[0]))
-
-
-def test_library_threefry_matches():
-    k0, k1, c0, c1 = _random_counters(20000, 2)
-    want = osr.threefry2x32(k0, k1, c0, c1)
-    got = jax.jit(_sr.threefry2x32)(*(jnp.asarray(a) for a in (k0, k1, c0, c1)))
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(np.asarray(g), w)
-
-
-def test_random_words_layout_and_library():
-    rng = _rng(3)
-    idx = np.concatenate([rng.integers(0, 2**63, 5000, dtype=np.uint64),
-                          np.array([0, 1, 2**32 - 1, 2**32, 2**40 + 7, 2**63 - 1], np.uint64)])
-    low = idx & np.uint64(0xFFFFFFFF)
-    lo, hi = low.astype(np.uint32), (idx >> np.uint64(32)).astype(np.uint32)
-    lib = jax.jit(_sr.random_words, static_argnums=3)
-    # the counter of element i is i // 2 (64-bit), split into 32-bit words by hand
-    pair_lo = (lo >> np.uint32(1)) | (hi << np.uint32(31))
-    pair_hi = hi >> np.uint32(1)
-    odd = (lo & np.uint32(1)) == 1
-    for stream in (0, 1):
-        r = osr.random_words(KEY, idx, stream)
-        w0, w1 = osr.threefry2x32(KEY[0], KEY[1], pair_lo, pair_hi | np.uint32(stream << 31))
-        np.testing.assert_array_equal(r, np.where(odd, w1, w0))
-        got = lib(jnp.asarray(KEY), jnp.asarray(lo), jnp.asarray(hi), stream)
-        np.testing.assert_array_equal(np.asarray(got), r)
-    # the streams (and the high index word) give unrelated words
-    assert np.mean(osr.random_words(KEY, idx, 0) == osr.random_words(KEY, idx, 1)) < 1e-3
-    assert np.mean(osr.random_words(KEY, idx, 0) == osr.random_words(KEY, low, 0)) < 0.01
-
-
-def test_random_words_pair_counters():
-    """Elements 2j and 2j + 1 share the counter (lo32(j), hi32(j) | stream << 31) and take its
-    output words 0 and 1 (Random123 known answers and the JAX threefry primitive)."""
-    # kat_vectors: counter (0, 0) under key (0, 0); counter (2^32-1, 2^32-1) under key (2^32-1,)*2
-    zero = np.zeros(2, np.uint32)
-    r = osr.random_words(zero, np.array([0, 1], np.uint64), 0)
-    assert [int(w) for w in r] == [0x6B200159, 0x99BA4EFE]
-    ones = np.full(2, 0xFFFFFFFF, np.uint32)
-    r = osr.random_words(ones, np.array([2**64 - 2, 2**64 - 1], np.uint64), 1)
-    assert [int(w) for w in r] == [0x1CB996FC, 0xBB002BE7]
-    rng = _rng(31)
-    j = np.concatenate([rng.integers(0, 2**63, 3000, dtype=np.uint64),
-                        np.array([0, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62 + 5], np.uint64)])
-    for stream in (0, 1):
-        even = osr.random_words(KEY, 2 * j, stream)
-        odd = osr.random_words(KEY, 2 * j + np.uint64(1), stream)
-        c0 = (j & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        c1 = (j >> np.uint64(32)).astype(np.uint32) | np.uint32(stream << 31)
-        k0, k1 = (np.full(j.shape, k, np.uint32) for k in KEY)
-        w0, w1 = threefry2x32_p.bind(*(jnp.asarray(a) for a in (k0, k1, c0, c1)))
-        np.testing.assert_array_equal(even, np.asarray(w0))
-        np.testing.assert_array_equal(odd, np.asarray(w1))
-
-
-GI_CASES = [((3, 4, 5), (0, 0, 0), (3, 4, 5)), ((2, 3), (1, 4), (4, 8)), ((5,), (7,), (12,)),
-            ((2, 1, 3, 4), (1, 3, 2, 0), (3, 4, 6, 4)), ((3, 5), (69990, 69990), (70000, 70000)),
-            ((2, 2, 2), (100000, 2000, 33), (100003, 2003, 40)),
-            ((2, 3, 4), (2**20 - 6, 2**20 - 9, 990), (2**20, 2**20, 1000))]  # ~2^50
-
-
-@pytest.mark.parametrize("local,offset,glob", GI_CASES)
-def test_global_index(local, offset, glob):
-    idx = osr.global_index(local, offset, glob)
-    coords = np.indices(local).reshape(len(local), -1) + np.array(offset)[:, None]
-    want = [sum(int(c) * math.prod(glob[d + 1:]) for d, c in enumerate(col)) for col in coords.T]
-    assert idx.dtype == np.uint64 and [int(i) for i in idx.reshape(-1)] == want
-    lib = jax.jit(_sr.global_index, static_argnums=(0, 2))
-    lo, hi = lib(local, jnp.asarray(offset, jnp.int32), glob)
-    got = np.asarray(lo).astype(np.uint64) | (np.asarray(hi).astype(np.uint64) << np.uint64(32))
-    np.testing.assert_array_equal(got, idx)
-
-
-def test_global_index_shards_tile_the_tensor():
-    glob = (6, 4, 10)
-    full = osr.global_index(glob, (0, 0, 0), glob)
-    np.testing.assert_array_equal(full.reshape(-1), np.arange(240, dtype=np.uint64))
-    np.testing.assert_array_equal(osr.global_index((3, 2, 5), (3, 2, 5), glob), full[3:, 2:, 5:])
-    # a column-major ("wrong order") index is a different numbering
-    assert not np.array_equal(full, np.arange(240, dtype=np.uint64).reshape(glob[::-1]).T)
-
-
-# ---------------------------------------------------------------------------------------------
-# E2M1 stochastic rounding
-
-
-def _sr_cases(seed):
-    """(y, r): random float32 bit patterns, values in (-8, 8), values of every binade below
-    6 each with the two words either side of its exact threshold, and the edge values with
-    edge and random words."""
-    rng = _rng(seed)
-    bits = _u32(rng, 20000).view(np.float32)  # every float32 class, mostly huge or tiny
-    near = rng.uniform(-8, 8, 40000).astype(np.float32)
-    exps = rng.integers(0, 130, 3000).astype(np.uint32) << np.uint32(23)
-    binades = (exps | (_u32(rng, 3000) >> np.uint32(9))).view(np.float32)
-    binades = binades[(binades < 6) & (_neighbours(binades)[0] != binades)]
-    thr = np.array([_threshold(v) for v in binades], np.uint64)
-    r_thr = np.stack([((thr - 1) << 8) | 0xFF, thr << 8]).astype(np.uint32).T.reshape(-1)
-    edge = _edge_values()
-    words = np.concatenate([np.array(R_EDGES, np.uint32), _u32(rng, 8)])
-    y = np.concatenate([bits, near, np.repeat(binades, 2), np.repeat(edge, len(words))])
-    return y, np.concatenate([_u32(rng, 60000), r_thr, np.tile(words, len(edge))])
-
-
-def _threshold(a):
-    """ceil(frac * 2^24) for |y| = a < 6 with exact rationals (P(up) = threshold / 2^24)."""
-    step = Fraction(1, 2) if a < 2 else Fraction(1) if a < 4 else Fraction(2)
-    t = Fraction(float(a)) / step
-    return math.ceil((t - math.floor(t)) * 2**24)
-
-
-def test_e2m1_sr_rule():
-    y, r = _sr_cases(4)
-    codes = osr.e2m1_sr(y, r)
-    assert codes.dtype == np.uint8 and codes.max() <= 15
-    nan = np.isnan(y)
-    assert np.all(codes[nan] == 0x7)
-    a = np.abs(y[~nan]).astype(np.float64)
-    c = codes[~nan]
-    assert np.array_equal(c & 8, np.where(np.signbit(y[~nan]), 8, 0))  # sign kept, also at 0
-    assert np.all((c[a >= 6] & 7) == 7)  # saturation (inf too)
-    lo, hi = _neighbours(np.minimum(a, 6))
-    val = np.abs(osr.e2m1_value(c))
-    assert np.all((val == lo) | (val == hi))  # never further than one grid step
-    on_grid = lo == hi
-    np.testing.assert_array_equal(c[on_grid], ob.to_e2m1(y[~nan][on_grid]).view(np.uint8))
-    # exact rule: up iff r >> 8 < ceil(frac * 2^24)
-    for v in np.unique(np.abs(_edge_values())):
-        if not v < 6 or _neighbours(v)[0] == v:
-            continue
-        thr = _threshold(v)
-        lo_v, hi_v = _neighbours(v)
-        rs = np.array([(thr - 1) << 8, ((thr - 1) << 8) | 0xFF, thr << 8, (thr << 8) | 0xFF])
-        rs = rs.astype(np.uint32)
-        got = osr.e2m1_value(osr.e2m1_sr(np.full(4, v, np.float32), rs))
-        np.testing.assert_array_equal(got, [hi_v, hi_v, lo_v, lo_v])
-
-
-def test_library_encode_e2m1_sr_matches():
-    y, r = _sr_cases(5)
-    got = np.asarray(jax.jit(_sr.encode_e2m1_sr)(jnp.asarray(y), jnp.asarray(r)))
-    want = osr.e2m1_sr(y, r)
-    bad = np.flatnonzero(got != want)
-    assert bad.size == 0, [(float(y[i]), hex(r[i]), int(got[i]), int(want[i])) for i in bad[:9]]
-
-
-def test_e2m1_sr_is_unbiased_and_beats_rn():
-    """200k random keys: the mean of SR(y) is within 4 sigma of y; RN's is not (off-grid y)
-    and the mean absolute error of the SR mean is smaller than RN's (TE's SR test)."""
-    rng = _rng(6)
-    mags = np.array([0.1, 0.3, 0.6, 0.9, 1.1, 1.3, 1.6, 1.9,
-                     2.2, 2.7, 3.3, 3.8, 4.4, 4.9, 5.3, 5.8])
-    y = (mags * np.where(np.arange(16) % 3 == 0, -1, 1)).astype(np.float32)
-    n = 200_000
-    k0, k1 = _u32(rng, (n, 1)), _u32(rng, (n, 1))
-    r = osr.threefry2x32(k0, k1, np.arange(16, dtype=np.uint32)[None], np.uint32(0))[0]
-    mean = osr.e2m1_value(osr.e2m1_sr(np.broadcast_to(y, r.shape), r)).mean(axis=0)
-    lo, hi = _neighbours(np.abs(y).astype(np.float64))
-    sigma = np.sqrt((hi - np.abs(y)) * (np.abs(y) - lo) / n)
-    rn = osr.e2m1_value(ob.to_e2m1(y).view(np.uint8))
-    assert np.all(np.abs(mean - y) < 4 * sigma), (mean - y) / sigma
-    assert np.all(np.abs(rn - y) > 4 * sigma)
-    assert np.abs(mean - y).mean() < 0.05 * np.abs(rn - y).mean()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,42 +180,147 @@ def test_sr_nd_properties():
         assert np.all(np.abs((sr[p] & 7).astype(int) - (rn[p] & 7)) <= 1)
 
 
+# (global shape, fa, shards as (offset, size)): splits along every dim, at block edges
+SHARD_CASES = [
+    ((4, 32, 6, 16), 2, [((2, 0, 0, 0), (2, 32, 6, 16)), ((0, 0, 3, 0), (4, 32, 3, 16)),
+                         ((1, 16, 2, 0), (3, 16, 4, 16))]),  # A = 4, K = 32, C = 6, L = 16
+    ((48, 80), 1, [((16, 32), (32, 48)), ((0, 64), (48, 16)), ((32, 0), (16, 80))]),
+    ((3, 16, 2, 32, 48), 4, [((1, 0, 1, 16, 16), (2, 16, 1, 16, 32)),
+                              ((0, 8, 0, 0, 0), (3, 8, 2, 32, 48))]),  # K = 32, C = 1
+]
+
+
 @pytest.mark.parametrize("use_2d,use_rht", NV_MODES)
-def test_sr_shards_equal_slices_of_full(use_2d, use_rht):
-    shape = (4, 32, 6, 16)  # fa = 2: A = 4, K = 32, C = 6, L = 16
+@pytest.mark.parametrize("shape,fa,shards", SHARD_CASES, ids=[str(c[0]) for c in SHARD_CASES])
+def test_sr_shards_equal_slices_of_full(shape, fa, shards, use_2d, use_rht):
+    """A shard (offset, global_shape, the global amaxes) gives the slices of the unsharded
+    result: rowwise at the x slice, colwise at the T-layout slice."""
     x = _x(shape, 13)
     kw = dict(use_2d=use_2d, use_rht=use_rht, key=KEY)
-    full = on.nvfp4_quantize_nd(x, 2, True, True, **kw)
+    full = on.nvfp4_quantize_nd(x, fa, True, True, **kw)
     amaxes = dict(amax=full["row_amax"], col_amax=full["col_amax"])
-    shards = [((2, 0, 0, 0), (2, 32, 6, 16)), ((0, 0, 3, 0), (4, 32, 3, 16)),
-              ((1, 16, 2, 0), (3, 16, 4, 16))]  # split along A, C, and K at a block edge
     for off, size in shards:
+        if use_2d and (off[fa - 1] % 16 or off[-1] % 16):
+            continue  # a 2D shard must not split a tile (the op gathers such dims)
         sl = tuple(slice(o, o + n) for o, n in zip(off, size))
         kw_shard = dict(offset=off, global_shape=shape, **amaxes, **kw)
-        shard = on.nvfp4_quantize_nd(x[sl], 2, True, True, **kw_shard)
+        shard = on.nvfp4_quantize_nd(x[sl], fa, True, True, **kw_shard)
         assert np.array_equal(shard["row"], full["row"][sl])
-        assert np.array_equal(shard["col"], full["col"][sl[2:] + sl[:2]])
-        local = on.nvfp4_quantize_nd(x[sl], 2, True, True, **amaxes, **kw)  # offset ignored
+        assert np.array_equal(shard["col"], full["col"][sl[fa:] + sl[:fa]])
+        local = on.nvfp4_quantize_nd(x[sl], fa, True, True, **amaxes, **kw)  # offset ignored
         assert not np.array_equal(local["row"], full["row"][sl])
+        assert not np.array_equal(local["col"], full["col"][sl[fa:] + sl[:fa]])
+
+
+def _unit_scale_input(shape, fa, seed):
+    """x in (-6, 6) with a 6 in every 16-element block along L and along K (at (k - l) % 16
+    == 0) and so in every 16x16 tile: with amax_g = 2688 the multiplier is 1 and y = x."""
+    rng = _rng(seed)
+    x = rng.uniform(-6, 6, shape).astype(np.float32)
+    k = np.arange(shape[fa - 1]).reshape((-1,) + (1,) * (len(shape) - fa))
+    l_ = np.arange(shape[-1])
+    x[np.broadcast_to((k - l_) % 16 == 0, shape)] = 6.0
+    return x
+
+
+@pytest.mark.parametrize("use_2d", [False, True])
+def test_sr_nd_random_bytes_by_hand(use_2d):
+    """With y = x the SR codes are e2m1_sr(x, bytes): rowwise with stream 0 at the element's
+    index in arange over the global x, colwise with stream 1 at the colwise element's index in
+    arange over the global T layout G[fa:] + G[:fa], for the whole tensor and for a shard.
+    Consecutive elements of a colwise block (along K) have consecutive indices."""
+    shape, fa = (3, 32, 2, 48), 2
+    perm = (2, 3, 0, 1)  # x -> T layout
+    x = _unit_scale_input(shape, fa, 41)
+    g = np.float32([2688.0])
+    n = x.size
+    row_idx = np.arange(n, dtype=np.uint64).reshape(shape)
+    col_idx = np.arange(n, dtype=np.uint64).reshape(osr.t_layout(shape, fa))
+    for off, size in [((0, 0, 0, 0), shape), ((1, 16, 1, 16), (2, 16, 1, 32))]:
+        sl = tuple(slice(o, o + d) for o, d in zip(off, size))
+        t_sl = osr.t_layout(range(len(shape)), fa)  # the dims in T order
+        t_sl = tuple(sl[d] for d in t_sl)
+        xs = x[sl]
+        o = on.nvfp4_quantize_nd(xs, fa, True, True, use_2d=use_2d, key=KEY, offset=off,
+                                 global_shape=shape, amax=g, col_amax=g)
+        assert np.all(o["row_scale"] == 0x38) and np.all(o["col_scale"] == 0x38)  # 1.0
+        want = osr.e2m1_sr(xs, osr.random_bytes(KEY, row_idx[sl], 0))
+        np.testing.assert_array_equal(o["row"], want)
+        xt = np.ascontiguousarray(xs.transpose(perm))
+        want = osr.e2m1_sr(xt, osr.random_bytes(KEY, col_idx[t_sl], 1))
+        np.testing.assert_array_equal(o["col"], want)
+        # the old definition (the colwise part at the x element's index) differs
+        old = osr.e2m1_sr(xt, osr.random_bytes(KEY, row_idx[sl].transpose(perm), 1))
+        assert np.mean(old != o["col"]) > 0.15
+
+
+# (global shape, fa, offset, local shape): non-square shards with offset and global_shape
+LIB_CASES = [
+    ((4, 48, 3, 40), 2, (1, 16, 1, 8), (2, 32, 2, 24)),
+    ((70, 300), 1, (16, 250), (48, 37)),
+    ((2, 5, 32, 3, 24), 3, (1, 1, 0, 1, 0), (1, 3, 32, 2, 24)),
+]
+
+
+@pytest.mark.parametrize("use_2d,use_rht", NV_MODES)
+@pytest.mark.parametrize("glob,fa,offset,local", LIB_CASES, ids=[str(c[0]) for c in LIB_CASES])
+def test_library_blocks_sr_matches_oracle(glob, fa, offset, local, use_2d, use_rht):
+    """The library's pure-JAX `_blocks.nvfp4_quantize` with SR on a shard (offset,
+    global_shape) gives the oracle's bytes: rowwise at the x index, colwise at the T-layout
+    index (with RHT too)."""
+    if use_rht and local[fa - 1] % 16:
+        pytest.skip("the RHT needs K % 16 == 0")
+    x = _x(local, 42)
+    o = on.nvfp4_quantize_nd(x, fa, True, True, use_2d=use_2d, use_rht=use_rht, key=KEY,
+                             offset=offset, global_shape=glob)
+    fn = jax.jit(_blocks.nvfp4_quantize, static_argnames=(
+        "block_axis", "rowwise", "colwise", "use_2d", "use_rht", "sign_mask",
+        "stochastic_rounding", "global_shape"))
+    got = fn(jnp.asarray(x), jnp.asarray(o["row_amax"]), jnp.asarray(o["col_amax"]),
+             jnp.asarray(KEY), jnp.asarray(offset, jnp.int32), block_axis=fa - 1, rowwise=True,
+             colwise=True, use_2d=use_2d, use_rht=use_rht, sign_mask=0xD7E8,
+             stochastic_rounding=True, global_shape=glob)
+    for name, g in zip(("row", "row_scale", "col", "col_scale"), got):
+        g = np.asarray(g)
+        assert g.shape == o[name].shape, name
+        bad = np.argwhere(g != o[name])
+        assert bad.size == 0, (name, len(bad), tuple(bad[0]))
 
 
 def test_sr_mutations_change_results(monkeypatch):
-    """A wrong stream or index order is visible: with stream 0 for the colwise part the 2D
-    colwise codes become the exact transpose of the rowwise ones (same y, same words)."""
-    shape = (2, 32, 3, 32)
+    """A wrong stream, colwise index or index order is visible. In 2D the colwise y are the
+    exact transpose of the rowwise ones, so where the colwise part draws the rowwise bytes
+    (stream 0 at the x element's index) its codes are the exact transpose of the rowwise
+    codes; the T-layout index alone, or stream 1 alone, keeps them apart."""
+    shape, fa = (2, 32, 3, 32), 2
+    perm = (2, 3, 0, 1)
     x = _x(shape, 14)
-    good = on.nvfp4_quantize_nd(x, 2, True, True, use_2d=True, key=KEY)
+    kw = dict(use_2d=True, key=KEY)
+    good = on.nvfp4_quantize_nd(x, fa, True, True, **kw)
     t = lambda o: o["col"].transpose(2, 3, 0, 1)  # T layout (c, l, a, k) back to (a, k, c, l)
     assert np.mean(t(good) != good["row"]) > 0.2
-    words = osr.random_words
-    monkeypatch.setattr(osr, "random_words", lambda key, idx, stream: words(key, idx, 0))
-    bad = on.nvfp4_quantize_nd(x, 2, True, True, use_2d=True, key=KEY)
-    assert np.array_equal(bad["row"], good["row"]) and np.array_equal(t(bad), bad["row"])
-    monkeypatch.undo()
-    index = osr.global_index
+    random_bytes, global_index = osr.random_bytes, osr.global_index
+
+    def x_index(s, o, g, f):  # the colwise element at the index of its x element
+        return np.ascontiguousarray(global_index(s, o, g).transpose(perm))
+
+    stream0 = lambda key, idx, stream: random_bytes(key, idx, 0)  # noqa: E731
+    for mutations in ({"random_bytes": stream0}, {"colwise_global_index": x_index},
+                      {"random_bytes": stream0, "colwise_global_index": x_index}):
+        for name, fn in mutations.items():
+            monkeypatch.setattr(osr, name, fn)
+        bad = on.nvfp4_quantize_nd(x, fa, True, True, **kw)
+        monkeypatch.undo()
+        assert np.array_equal(bad["row"], good["row"]), mutations
+        if len(mutations) == 2:
+            assert np.array_equal(t(bad), bad["row"])
+        else:
+            assert np.mean(bad["col"] != good["col"]) > 0.15, mutations
+            assert np.mean(t(bad) != bad["row"]) > 0.15, mutations
+
     def column_major(s, o, g):
-        return np.ascontiguousarray(index(s[::-1], o[::-1], g[::-1]).T)
+        return np.ascontiguousarray(global_index(s[::-1], o[::-1], g[::-1]).T)
 
     monkeypatch.setattr(osr, "global_index", column_major)
-    bad = on.nvfp4_quantize_nd(x, 2, True, True, use_2d=True, key=KEY)
+    bad = on.nvfp4_quantize_nd(x, fa, True, True, **kw)
     assert np.mean(bad["row"] != good["row"]) > 0.2 and np.mean(bad["col"] != good["col"]) > 0.2

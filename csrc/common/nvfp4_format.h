@@ -52,18 +52,20 @@ EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1(float value) {
       magnitude > static_cast<int32_t>(kF32InfBits) ? kE2M1NanCode : result);
 }
 
-// Stochastically rounded f32 -> E2M1 code with the 32-bit random word `r`.
+// Stochastically rounded f32 -> E2M1 code with the random byte `r` (0..255).
 // With a = |y| and the grid step of a's binade (0.5 below 2, 1 below 4, else
-// 2), a = (n + frac) * step; the code rounds up iff (r >> 8) < ceil(frac *
-// 2^24), decided exactly in integers. a >= 6 (and inf) gives magnitude code
-// 7, NaN gives 0x7, the sign bit is kept (also for a zero result).
+// 2), a = (n + frac) * step; the code rounds up iff (r + 1/2) * 2^-8 < frac,
+// decided exactly in integers: iff (r << 16 | 0x8000) < ceil(frac * 2^24)
+// (an integer is below a real x iff it is below ceil(x)). a >= 6 (and inf)
+// gives magnitude code 7, NaN gives 0x7, the sign bit is kept (also for a
+// zero result).
 //
 // Integer form: a = sig * 2^(e - 150) with e = max(exponent field, 1) and sig
 // the significand with its implicit bit, so t = a / step = sig / 2^f with
 // f = 150 + log2(step) - e >= 22 for a < 6; n = sig >> f, frac = sig mod 2^f
 // and the threshold is ceil(frac / 2^(f - 24)). Shifts are clamped to [0, 31],
-// which changes nothing because sig < 2^24 (and huge a saturate anyway). Branch-free (selects only), so a
-// loop over it vectorises.
+// which changes nothing because sig < 2^24 (and huge a saturate anyway).
+// Branch-free (selects only), so a loop over it vectorises.
 EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
                                                       uint32_t r) {
   const uint32_t bits = FloatToBits(value);
@@ -91,7 +93,7 @@ EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
       (frac & ((1u << right) - 1u)) != 0 ? 1u : 0u;
   const uint32_t threshold =
       shift > 0 ? (frac >> right) + round_up_bit : (frac << left);
-  const uint32_t up = (r >> 8) < threshold ? 1u : 0u;
+  const uint32_t up = ((r << 16) | 0x8000u) < threshold ? 1u : 0u;
   uint32_t code = n + up + code_offset;
   code = magnitude >= 0x40C00000u ? 7u : code;  // a >= 6, inf
   code |= sign;

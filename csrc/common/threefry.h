@@ -1,6 +1,7 @@
 // Threefry-2x32 with 20 rounds (Random123; the generator behind jax.random's
-// default keys) and the counter-based random word of one quantized element,
-// as specified in docs/block_formats.md ("Stochastic rounding").
+// default keys) and the counter-based random byte of one quantized element,
+// as specified in docs/block_formats.md ("Stochastic rounding"): one call
+// serves the eight elements of an octet of indices.
 //
 // Pure 32-bit integer arithmetic: the same header gives the same words on the
 // host and on a CUDA device.
@@ -83,41 +84,48 @@ EQXQ_HOST_DEVICE inline void Threefry2x32(uint32_t k0, uint32_t k1,
   out1 = x1;
 }
 
-// Stream ids of the two quantized parts (they draw independent words for the
-// same element).
+// Stream ids of the two quantized parts (they draw independent bytes for
+// the same index).
 inline constexpr uint32_t kRowwiseStream = 0;
 inline constexpr uint32_t kColwiseStream = 1;
 
-// The high counter word of the pair `pair` in `stream`: hi32(pair) | stream
-// << 31 (the low word is lo32(pair)).
-EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingCounterHigh(uint64_t pair,
+// The high counter word of the octet `octet` in `stream`: hi32(octet) |
+// stream << 31 (the low word is lo32(octet)).
+EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingCounterHigh(uint64_t octet,
                                                                uint32_t stream) {
-  return static_cast<uint32_t>(pair >> 32) | ((stream & 1u) << 31);
+  return static_cast<uint32_t>(octet >> 32) | ((stream & 1u) << 31);
 }
 
-// The two words of the counter pair `pair`, shared by the elements of global
-// row-major linear indices 2 pair (word0) and 2 pair + 1 (word1):
-// threefry2x32(key, (lo32(pair), hi32(pair) | stream << 31)).
-EQXQ_HOST_DEVICE inline void StochasticRoundingPair(uint32_t k0, uint32_t k1,
-                                                    uint64_t pair,
-                                                    uint32_t stream,
-                                                    uint32_t& word0,
-                                                    uint32_t& word1) {
-  Threefry2x32(k0, k1, static_cast<uint32_t>(pair),
-               StochasticRoundingCounterHigh(pair, stream), word0, word1);
+// The two words of the octet `octet`, shared by the elements of indices
+// 8 octet .. 8 octet + 7: threefry2x32(key, (lo32(octet), hi32(octet) |
+// stream << 31)). Word 0 holds the random bytes of the first four (index
+// 8 octet in its low byte), word 1 those of the last four.
+EQXQ_HOST_DEVICE inline void StochasticRoundingOctet(uint32_t k0, uint32_t k1,
+                                                     uint64_t octet,
+                                                     uint32_t stream,
+                                                     uint32_t& word0,
+                                                     uint32_t& word1) {
+  Threefry2x32(k0, k1, static_cast<uint32_t>(octet),
+               StochasticRoundingCounterHigh(octet, stream), word0, word1);
 }
 
-// The random word of the element with global row-major linear index `index`:
-// word index & 1 of the pair index >> 1. Where a loop holds both elements of
-// a pair, StochasticRoundingPair serves them with one call.
-EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingWord(uint32_t k0,
+// The random byte (0..255) of the index `index` among its octet's words.
+EQXQ_HOST_DEVICE inline uint32_t OctetByte(uint32_t word0, uint32_t word1,
+                                           uint64_t index) {
+  const uint32_t word = (index & 4u) ? word1 : word0;
+  return (word >> (8u * static_cast<uint32_t>(index & 3u))) & 0xFFu;
+}
+
+// The random byte of the element of index `index` (one Threefry call; where
+// a loop holds a whole octet, StochasticRoundingOctet serves it with one).
+EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingByte(uint32_t k0,
                                                         uint32_t k1,
                                                         uint64_t index,
                                                         uint32_t stream) {
   uint32_t word0;
   uint32_t word1;
-  StochasticRoundingPair(k0, k1, index >> 1, stream, word0, word1);
-  return (index & 1u) ? word1 : word0;
+  StochasticRoundingOctet(k0, k1, index >> 3, stream, word0, word1);
+  return OctetByte(word0, word1, index);
 }
 
 }  // namespace eqx_quant

@@ -45,13 +45,10 @@ namespace {
 
 using namespace grouped_dev;  // NOLINT: the shared helpers of the grouped ops
 using nvfp4::Bf16In;
-using nvfp4::ColumnPairWords;
 using nvfp4::E4M3Byte;
 using nvfp4::EncodeExact;
 using nvfp4::EncodeFast;
-using nvfp4::EncodeSr;
 using nvfp4::EncodeSrRun;
-using nvfp4::EncodeSrWords;
 using nvfp4::F16In;
 using nvfp4::F32In;
 using nvfp4::kB;  // 16
@@ -85,8 +82,9 @@ struct Nvfp4Params {
   bool use_2d;
 };
 
-// The SR index of element (i, n) of a group (row-major in (rows_g, N)), as
-// the dense kernels' SrTerm sums compute it with offset 0.
+// The SR index of element (i, n) of a group's (rows, cols) matrix, row-major,
+// as the dense kernels' SrTerm sums compute it with offset 0: rowwise (i, n)
+// of (rows_g, N), colwise (n, i) of the T layout (N, rows_g).
 __device__ __forceinline__ uint64_t SrIndex(int64_t i, int64_t n,
                                             int64_t cols) {
   return static_cast<uint64_t>(static_cast<uint32_t>(i)) *
@@ -202,16 +200,10 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           const int64_t n = col0 + j;
           const int64_t i0 = first_local + kb * kB;  // first row, in the group
           uint32_t q[4];
-          if constexpr (kSr) {
-            auto index_of = [&](int i) { return SrIndex(i0 + i, n, N); };
-            if (N % 2 == 0) {  // columns 2m, 2m + 1 share pairs; the whole warp
-              uint32_t words[kB];
-              ColumnPairWords(key0, key1, kColwiseStream, index_of, words);
-              EncodeSrWords<kB>(v, enc, words, has_nan, q);
-            } else if (live) {
-              EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of,
-                           has_nan, q);
-            }
+          if constexpr (kSr) {  // rows i0 .. i0 + 15 of T-layout row n
+            EncodeSrRun<kB>(v, enc, key0, key1, kColwiseStream,
+                            SrIndex(n, 0, gt.rows), static_cast<uint32_t>(i0),
+                            has_nan, q);
           } else if (has_nan) {
             EncodeExact<kB>(v, enc, q);
           } else {

@@ -39,12 +39,12 @@ using cpu::F32Input;
 
 constexpr int kB = kNvfp4Block;
 
-// A run of element pairs (common/threefry.h's StochasticRoundingPair): pair m
-// of the run is the pair index first_pair + m.
+// A run of index octets (common/threefry.h's StochasticRoundingOctet):
+// octet m of the run is the octet first_octet + m.
 struct SrRun {
   uint32_t key0;
   uint32_t key1;
-  uint64_t first_pair;
+  uint64_t first_octet;
   uint32_t stream;
 };
 
@@ -129,25 +129,29 @@ void CodesBody(const float* __restrict x,
   for (int64_t j = 0; j < n; ++j) out[j] = FloatToE2M1(x[j] * enc[j]);
 }
 
-// out[2m], out[2m + 1] = the two words of pair m of `run`, for m < pairs:
-// one Threefry call per two elements.
+// out[8m .. 8m + 8) = the random bytes of octet m of `run`, for m < octets:
+// one Threefry call per eight elements.
 EQXQ_NVFP4_ALWAYS_INLINE
-void SrWordsBody(const SrRun& run, int64_t pairs, uint32_t* __restrict out) {
-  for (int64_t m = 0; m < pairs; ++m) {
-    StochasticRoundingPair(run.key0, run.key1,
-                           run.first_pair + static_cast<uint64_t>(m),
-                           run.stream, out[2 * m], out[2 * m + 1]);
+void SrBytesBody(const SrRun& run, int64_t octets, uint8_t* __restrict out) {
+  for (int64_t m = 0; m < octets; ++m) {
+    uint32_t words[2];
+    StochasticRoundingOctet(run.key0, run.key1,
+                            run.first_octet + static_cast<uint64_t>(m),
+                            run.stream, words[0], words[1]);
+    for (int b = 0; b < 8; ++b) {
+      out[8 * m + b] = static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4)));
+    }
   }
 }
 
-// out[j] = e2m1_SR(x[j] * enc[j], words[j]).
+// out[j] = e2m1_SR(x[j] * enc[j], rbytes[j]).
 EQXQ_NVFP4_ALWAYS_INLINE
 void CodesSrBody(const float* __restrict x,
                  const float* __restrict enc, int64_t n,
-                 const uint32_t* __restrict words,
+                 const uint8_t* __restrict rbytes,
                  uint8_t* __restrict out) {
   for (int64_t j = 0; j < n; ++j) {
-    out[j] = FloatToE2M1Stochastic(x[j] * enc[j], words[j]);
+    out[j] = FloatToE2M1Stochastic(x[j] * enc[j], rbytes[j]);
   }
 }
 
@@ -320,13 +324,13 @@ struct CodeOut {
                            uint8_t* out) {                                     \
       CodesBody(x, enc, n, out);                                               \
     }                                                                          \
-    ATTR static void SrWords(const SrRun& run, int64_t pairs,                 \
-                             uint32_t* out) {                                  \
-      SrWordsBody(run, pairs, out);                                            \
+    ATTR static void SrBytes(const SrRun& run, int64_t octets,                \
+                             uint8_t* out) {                                   \
+      SrBytesBody(run, octets, out);                                           \
     }                                                                          \
     ATTR static void CodesSr(const float* x, const float* enc, int64_t n,      \
-                             const uint32_t* words, uint8_t* out) {            \
-      CodesSrBody(x, enc, n, words, out);                                      \
+                             const uint8_t* rbytes, uint8_t* out) {            \
+      CodesSrBody(x, enc, n, rbytes, out);                                     \
     }                                                                          \
     ATTR static void Rht(const float* x, int64_t stride, int64_t n,            \
                          const RhtMatrix& m, float* out) {                     \

@@ -16,10 +16,9 @@
 //     the 16 values (RHT'd with Rht16Exact when kRht), their block amax, scale
 //     byte and 16 codes, stored as one 8-byte streaming store of the T layout
 //     (c, l, a, k) and one scale byte; the 8 warps of a CTA write 64
-//     contiguous bytes of each column's output row. SR: columns 2m and 2m + 1
-//     of a row are indices 2P and 2P + 1 in the usual layouts (even strides,
-//     even last-dim offset) and sit in the same word, so one Threefry call
-//     per row gives both columns' words; otherwise one call per element.
+//     contiguous bytes of each column's output row. SR: the 16 elements of a
+//     colwise block have consecutive colwise indices (the K dim is the last
+//     of the T layout), so two Threefry calls serve them (EncodeSrRun).
 //   * rowwise, per row: a 16-element block is 16 / kVec consecutive lanes;
 //     the block amax is a shuffle over them (and the NaN-free one, only in a
 //     block that holds a NaN, over the same lanes); each lane encodes its kVec
@@ -52,7 +51,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;  // panels per CTA
 // Resident CTAs per SM: 3 (64 KiB of shared memory each, <= 85 registers);
-// 2 with stochastic rounding (<= 128 registers: a step's Threefry words).
+// 2 with stochastic rounding (<= 128 registers: the Threefry calls).
 template <bool kSr>
 constexpr int kMinBlocks = kSr ? 2 : 3;
 
@@ -76,9 +75,6 @@ struct PanelParams {
   int64_t k_panels;  // K / 16
   int64_t l;         // L
   int k_axis;        // index of K in S
-  // Columns 2m and 2m + 1 of a row are indices 2P and 2P + 1 (every stride
-  // but the last dim's even, even last-dim offset): one Threefry call.
-  bool pair_columns;
   SrLayout sr;
 };
 
@@ -152,9 +148,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     __syncthreads();
     AsyncWaitGroup<0>();  // this thread's panel is in
 
-    // kSr: the A and C terms of this thread's SR indices, the last dim's term
-    // of its first column and the K term of its first row.
+    // kSr: the A and C terms of this thread's rowwise and colwise SR
+    // indices, the last dim's coordinate of its first column and the K
+    // coordinate of its first row.
     uint64_t sr_base = 0;
+    uint64_t sr_col_base = 0;
     uint32_t key0 = 0;
     uint32_t key1 = 0;
     int64_t l0 = 0;
@@ -166,12 +164,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       k0 = kb * kB;
       sr_base = SrMulti(p.sr, 0, p.k_axis, a) +
                 SrMulti(p.sr, p.k_axis + 1, p.sr.n - 1, c);
+      sr_col_base = SrMulti<true>(p.sr, 0, p.k_axis, a) +
+                    SrMulti<true>(p.sr, p.k_axis + 1, p.sr.n - 1, c);
       key0 = p.key[2 * ex];
       key1 = p.key[2 * ex + 1];
     }
-    // (l0 + jw * kPerWord is even: a pair's first index is even.)
-    const bool pair_columns =
-        kSr && p.pair_columns && (__ldg(p.sr.offset + p.sr.n - 1) & 1) == 0;
 
     // Colwise, kPerWord columns per step: word jw of the vector (rotated by
     // lane / 8 so that a warp's 4-byte loads hit 32 distinct banks).
@@ -183,15 +180,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       for (int i = 0; i < kB; ++i) {
         words[i] = *reinterpret_cast<const uint32_t*>(mine + i * 512 + 4 * jw);
       }
-      // kSr: the SR index of row i of column sub of this step, and (column
-      // pairs) both columns' Threefry words, one call per row, drawn once
-      // the first column is transformed (fewer values live during the RHT).
-      auto index_of = [&](int sub, int i) {
-        return sr_base + SrTerm(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub) +
-               SrTerm(p.sr, p.k_axis, k0 + i);
-      };
-      uint32_t sr_words[kPerWord][kB];
-      const bool paired = kSr && kPerWord == 2 && pair_columns;
 #pragma unroll
       for (int sub = 0; sub < kPerWord; ++sub) {
         float v[kB];
@@ -211,23 +199,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
         const float enc = enc_table[1][sdb & 127u];
         uint32_t q[4];
         if constexpr (kSr) {
-          // (One branch for the pair's draw and encode: as two branches on
-          // `paired` it compiled to ~60 more instructions and local memory.)
-          if (paired) {
-            if (sub == 0) {
-#pragma unroll
-              for (int i = 0; i < kB; ++i) {
-                StochasticRoundingPair(key0, key1, index_of(0, i) >> 1,
-                                       kColwiseStream, sr_words[0][i],
-                                       sr_words[kPerWord - 1][i]);
-              }
-            }
-            EncodeSrWords<kB>(v, enc, sr_words[sub], has_nan, q);
-          } else {
-            EncodeSr<kB>(v, enc, key0, key1, kColwiseStream,
-                         [&](int i) { return index_of(sub, i); }, has_nan,
-                         q);
-          }
+          // The block's colwise indices: its column's terms, then the K
+          // coordinates k0 .. k0 + 15 (stride 1 in the T layout).
+          EncodeSrRun<kB>(
+              v, enc, key0, key1, kColwiseStream,
+              sr_col_base +
+                  SrTerm<true>(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub),
+              static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)),
+              has_nan, q);
         } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
         } else {
@@ -325,8 +304,6 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   p.l = v.l;
   p.k_axis = static_cast<int>(v.k_axis);
   p.sr = sr;
-  // (The kernel also needs an even last-dim offset, which it reads.)
-  p.pair_columns = kSr && sr.n >= 2 && sr.stride[sr.n - 2] % 2 == 0;
   if (kRht) {
     const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
     for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];

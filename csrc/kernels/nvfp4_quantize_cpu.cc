@@ -85,7 +85,9 @@ struct Scratch {
   float col_enc[kChunk];        // colwise multiplier per position
   float row_enc[kChunk];        // rowwise multiplier per position
   uint64_t seg_index[kChunkBlocks];  // SR: index of (c, l0) of each segment
-  uint32_t sr_words[kChunk + 2];     // SR: words of one segment's pairs
+  uint8_t sr_bytes[kChunk + 16];     // SR: bytes of one segment's octets
+  uint8_t col_sr_bytes[kB][kChunk];  // SR: colwise bytes, per panel row
+  uint8_t run_bytes[3 * 8];          // SR: the octets of one colwise block
   uint32_t blk_key[kB * kChunkBlocks];  // rowwise block amax keys, per row
   uint8_t blk_sdb[kB * kChunkBlocks];
   float blk_enc[kB * kChunkBlocks];
@@ -94,11 +96,13 @@ struct Scratch {
   float tile_enc[kChunkBlocks];
 };
 
-// The stochastic-rounding index of an x element, ravel(s + offset,
-// global_shape) mod 2^64, as a sum of one term per dim of S:
-// term_d = uint32(s_d + offset_d) * prod(global_shape[d+1:]). The row index
-// (a, k, c) is split into the dims [0, a_end) (a), k_axis (k, if >= 0) and
-// [c_begin, n-1) (c); l is the last dim.
+// The stochastic-rounding indices of an x element s: rowwise ravel(s +
+// offset, G), colwise ravel(T(s + offset), T(G)) mod 2^64, T(v) = v[fa:] +
+// v[:fa] (the T layout, fa = k_axis + 1) and G the global shape; each a sum
+// of one term per dim d of S, term_d = uint32(s_d + offset_d) * the dim's
+// stride in G (rowwise) or in T(G) (colwise, `col`). The row index (a, k, c)
+// is split into the dims [0, a_end) (a), k_axis (k, if >= 0; its colwise
+// stride is 1) and [c_begin, n-1) (c); l is the last dim.
 class SrIndex {
  public:
   SrIndex(const std::vector<int64_t>& shape,
@@ -106,40 +110,58 @@ class SrIndex {
           int a_end, int k_axis, int c_begin)
       : shape_(shape), a_end_(a_end), k_axis_(k_axis), c_begin_(c_begin) {
     const int n = static_cast<int>(shape_.size());
-    stride_.assign(n, 0);
+    stride_[0].assign(n, 0);
+    stride_[1].assign(n, 0);
     offset_.assign(n, 0);
     uint64_t stride = 1;
     for (int d = n - 1; d >= 0; --d) {
-      stride_[d] = stride;
+      stride_[0][d] = stride;
       stride *= static_cast<uint64_t>(global_shape[d]);
       offset_[d] = static_cast<uint32_t>(offset[d]);
+    }
+    if (k_axis >= 0) {  // T order: dims fa .. n-1, then 0 .. fa-1
+      const int fa = k_axis + 1;
+      stride = 1;
+      for (int t = n - 1; t >= 0; --t) {
+        const int d = t < n - fa ? fa + t : t - (n - fa);
+        stride_[1][d] = stride;
+        stride *= static_cast<uint64_t>(global_shape[d]);
+      }
     }
     l_axis_ = n - 1;
   }
 
-  uint64_t A(int64_t a) const { return Multi(0, a_end_, a); }
-  uint64_t K(int64_t k) const { return k_axis_ >= 0 ? Term(k_axis_, k) : 0; }
-  uint64_t C(int64_t c) const { return Multi(c_begin_, l_axis_, c); }
-  uint64_t L(int64_t l) const { return Term(l_axis_, l); }
+  uint64_t A(int64_t a, bool col = false) const {
+    return Multi(0, a_end_, a, col);
+  }
+  uint64_t K(int64_t k, bool col = false) const {
+    return k_axis_ >= 0 ? Term(k_axis_, k, col) : 0;
+  }
+  uint64_t C(int64_t c, bool col = false) const {
+    return Multi(c_begin_, l_axis_, c, col);
+  }
+  uint64_t L(int64_t l, bool col = false) const {
+    return Term(l_axis_, l, col);
+  }
 
  private:
-  uint64_t Term(int d, int64_t s) const {
+  uint64_t Term(int d, int64_t s, bool col) const {
     return static_cast<uint64_t>(static_cast<uint32_t>(s) + offset_[d]) *
-           stride_[d];
+           stride_[col ? 1 : 0][d];
   }
   // Sum of the terms of the row-major multi-index of `linear` over the dims
   // [begin, end).
-  uint64_t Multi(int begin, int end, int64_t linear) const {
+  uint64_t Multi(int begin, int end, int64_t linear, bool col) const {
     uint64_t sum = 0;
     for (int d = end - 1; d >= begin; --d) {
-      sum += Term(d, linear % shape_[d]);
+      sum += Term(d, linear % shape_[d], col);
       linear /= shape_[d];
     }
     return sum;
   }
 
   std::vector<int64_t> shape_;
-  std::vector<uint64_t> stride_;
+  std::vector<uint64_t> stride_[2];  // rowwise, colwise
   std::vector<uint32_t> offset_;
   int a_end_, k_axis_, c_begin_, l_axis_ = 0;
 };
@@ -214,7 +236,7 @@ class ExampleQuantizer {
       Loops::BlockMax(s_.col_key, ch.blocks(), s_.tile_key);
     }
     if (pr_.rowwise) Rowwise(ai, k0, rows, ch, a_index);
-    if (pr_.colwise) Colwise(ai, k0, rows, ch, a_index);
+    if (pr_.colwise) Colwise(ai, k0, rows, ch);
   }
 
   void Rowwise(int64_t ai, int64_t k0, int rows, const Chunk& ch,
@@ -262,9 +284,9 @@ class ExampleQuantizer {
   // row whose (a, k) index terms sum to `row_index`. Position jl of segment
   // cc has the index row_index + seg_index[cc] - seg_last_ + uint32(seg_last_
   // + jl): consecutive unless the last dim's term wraps (an offset near
-  // 2^32). Consecutive: the words come one pair (one Threefry call) at a time
-  // from the pair of the first index (the word select shifts by one where
-  // that index is odd); else one call per position.
+  // 2^32). Consecutive: the bytes come one octet (one Threefry call) at a
+  // time from the octet of the first index, from its byte first % 8 on;
+  // else one call per position.
   void CodesSr(const float* x, const float* enc, const Chunk& ch,
                uint64_t row_index, uint32_t stream, uint8_t* out) {
     const bool wraps = seg_last_ > 0xFFFFFFFFu - (ch.nlp - 1);
@@ -275,21 +297,58 @@ class ExampleQuantizer {
         const uint64_t row_c = first - seg_last_;
         for (int64_t jl = 0; jl < ch.nlp; ++jl) {
           const uint32_t last = seg_last_ + static_cast<uint32_t>(jl);
-          s_.sr_words[jl] =
-              StochasticRoundingWord(key0_, key1_, row_c + last, stream);
+          s_.sr_bytes[jl] = static_cast<uint8_t>(
+              StochasticRoundingByte(key0_, key1_, row_c + last, stream));
         }
-        Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_words, out + at);
+        Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_bytes, out + at);
         continue;
       }
-      const int64_t odd = static_cast<int64_t>(first & 1u);
-      Loops::SrWords(SrRun{key0_, key1_, first >> 1, stream},
-                     (ch.nlp + odd + 1) / 2, s_.sr_words);
-      Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_words + odd, out + at);
+      const int64_t skip = static_cast<int64_t>(first & 7u);
+      Loops::SrBytes(SrRun{key0_, key1_, first >> 3, stream},
+                     (skip + ch.nlp + 7) / 8, s_.sr_bytes);
+      Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_bytes + skip, out + at);
     }
   }
 
-  void Colwise(int64_t ai, int64_t k0, int rows, const Chunk& ch,
-               uint64_t a_index) {
+  // s_.col_sr_bytes[i][j] = the colwise random byte of panel row i (k0 + i)
+  // at the chunk's position j. A position's rows are consecutive colwise
+  // indices (K is the last dim of the T layout, stride 1), so its block is
+  // one run of at most three octets, unless the K term wraps (an offset near
+  // 2^32): then one call per row. Padding positions get zeros (their codes
+  // are not stored).
+  void ColwiseSrBytes(int64_t ai, int64_t k0, int rows, const Chunk& ch) {
+    const uint64_t a_index = sr_->A(ai, true);
+    const uint32_t k_first = static_cast<uint32_t>(sr_->K(k0, true));
+    const bool wraps = k_first > 0xFFFFFFFFu - static_cast<uint32_t>(rows - 1);
+    for (int64_t cc = 0; cc < ch.nc; ++cc) {
+      const uint64_t c_index = a_index + sr_->C(ch.c0 + cc, true);
+      for (int i = 0; i < rows; ++i) {
+        std::fill(s_.col_sr_bytes[i] + cc * ch.nlp + ch.nl,
+                  s_.col_sr_bytes[i] + (cc + 1) * ch.nlp, uint8_t{0});
+      }
+      for (int64_t jl = 0; jl < ch.nl; ++jl) {
+        const uint64_t base = c_index + sr_->L(ch.l0 + jl, true);
+        const int64_t j = cc * ch.nlp + jl;
+        if (wraps) {
+          for (int i = 0; i < rows; ++i) {
+            s_.col_sr_bytes[i][j] = static_cast<uint8_t>(StochasticRoundingByte(
+                key0_, key1_, base + static_cast<uint32_t>(k_first + i),
+                kColwiseStream));
+          }
+          continue;
+        }
+        const uint64_t first = base + k_first;
+        const int64_t skip = static_cast<int64_t>(first & 7u);
+        Loops::SrBytes(SrRun{key0_, key1_, first >> 3, kColwiseStream},
+                       (skip + rows + 7) / 8, s_.run_bytes);
+        for (int i = 0; i < rows; ++i) {
+          s_.col_sr_bytes[i][j] = s_.run_bytes[skip + i];
+        }
+      }
+    }
+  }
+
+  void Colwise(int64_t ai, int64_t k0, int rows, const Chunk& ch) {
     const int64_t width = ch.width();
     const float(*vals)[kChunk] = s_.x;
     if (pr_.use_rht) {  // rows == 16 (K % 16 == 0)
@@ -307,12 +366,13 @@ class ExampleQuantizer {
       for (int i = 0; i < rows; ++i) Loops::MaxKeys(vals[i], width, s_.col_key);
       Loops::Scales(s_.col_key, width, col_t_, s_.col_sdb, s_.col_enc);
     }
+    if (sr_ != nullptr) ColwiseSrBytes(ai, k0, rows, ch);
     for (int i = 0; i < rows; ++i) {
       if (sr_ == nullptr) {
         Loops::Codes(vals[i], s_.col_enc, width, s_.codes[i]);
       } else {
-        CodesSr(vals[i], s_.col_enc, ch, a_index + sr_->K(k0 + i),
-                kColwiseStream, s_.codes[i]);
+        Loops::CodesSr(vals[i], s_.col_enc, width, s_.col_sr_bytes[i],
+                       s_.codes[i]);
       }
     }
     // Transposed write: position (c, l) -> col[c][l][a][k0 .. k0 + rows).

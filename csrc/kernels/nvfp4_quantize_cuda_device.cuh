@@ -99,126 +99,99 @@ __device__ __forceinline__ int64_t DivMod(int64_t n, int64_t d, bool narrow,
   return static_cast<int64_t>(q);
 }
 
-// The stochastic-rounding index of an element (docs/block_formats.md):
-// ravel(s + offset, global_shape) mod 2^64 as the CPU kernel computes it,
-// one term per dim d of S: uint64(uint32(s_d) + uint32(offset_d)) *
-// prod(global_shape[d+1:]).
+// The stochastic-rounding indices of an element (docs/block_formats.md):
+// rowwise ravel(s + offset, G) and colwise ravel(T(s + offset), T(G)) mod
+// 2^64, T(v) = v[fa:] + v[:fa] the colwise (T layout) order and G the global
+// shape, as the CPU kernel computes them: one term per dim d of S,
+// uint64(uint32(s_d) + uint32(offset_d)) * the dim's stride in x (rowwise)
+// or in the T layout (colwise).
 constexpr int kMaxSrRank = 32;
 
 struct SrLayout {
-  const int32_t* offset;          // n entries, device memory
-  int n;                          // rank of S
-  bool narrow;                    // prod(S) < 2^32: 32-bit divisions
-  int64_t shape[kMaxSrRank];      // S
-  uint64_t stride[kMaxSrRank];    // prod(global_shape[d+1:])
+  const int32_t* offset;            // n entries, device memory
+  int n;                            // rank of S
+  bool narrow;                      // prod(S) < 2^32: 32-bit divisions
+  int64_t shape[kMaxSrRank];        // S
+  uint64_t stride[kMaxSrRank];      // prod(G[d+1:])
+  uint64_t col_stride[kMaxSrRank];  // the stride of dim d in T(G)
 };
 
+// The term of dim d at coordinate `coord` of S, in the rowwise index or
+// (kCol) in the colwise one.
+template <bool kCol = false>
 __device__ __forceinline__ uint64_t SrTerm(const SrLayout& s, int d,
                                            int64_t coord) {
   const uint32_t shifted = static_cast<uint32_t>(coord) +
                            static_cast<uint32_t>(__ldg(s.offset + d));
-  return static_cast<uint64_t>(shifted) * s.stride[d];
+  return static_cast<uint64_t>(shifted) *
+         (kCol ? s.col_stride[d] : s.stride[d]);
 }
 
 // Sum of the terms of the row-major multi-index of `linear` over dims
 // [begin, end).
+template <bool kCol = false>
 __device__ __forceinline__ uint64_t SrMulti(const SrLayout& s, int begin,
                                             int end, int64_t linear) {
   uint64_t sum = 0;
   for (int d = end - 1; d >= begin; --d) {
     int64_t coord;
     linear = DivMod(linear, s.shape[d], s.narrow, coord);
-    sum += SrTerm(s, d, coord);
+    sum += SrTerm<kCol>(s, d, coord);
   }
   return sum;
 }
 
+// Stochastically rounded codes of N values times `enc` with their random
+// bytes, byte e % 4 of rbytes[e / 4] for element e.
+template <int N>
+__device__ __forceinline__ void EncodeSrBytes(const float (&v)[N], float enc,
+                                              const uint32_t (&rbytes)[N / 4],
+                                              bool may_have_nan,
+                                              uint32_t (&q)[N / 4]) {
+#pragma unroll
+  for (int w = 0; w < N / 4; ++w) {
+    float y[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) y[e] = MulRn(v[4 * w + e], enc);
+    q[w] = E2M1StochasticCodes4(y, rbytes[w], may_have_nan);
+  }
+}
+
 // Stochastically rounded codes of N values times `enc`; element e has the
-// global index index_of(e) (any indices: one Threefry call per element, the
-// word of its pair selected by the index's parity). `may_have_nan`: whether
-// a value may be NaN (E2M1StochasticCodes4).
+// index index_of(e) (any indices: one Threefry call per element, the byte of
+// its octet selected by the index). `may_have_nan`: whether a value may be
+// NaN (E2M1StochasticCodes4).
 template <int N, typename IndexOf>
 __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
                                          uint32_t key0, uint32_t key1,
                                          uint32_t stream, IndexOf index_of,
                                          bool may_have_nan,
                                          uint32_t (&q)[N / 4]) {
+  uint32_t rbytes[N / 4];
 #pragma unroll
   for (int w = 0; w < N / 4; ++w) {
-    float y[4];
-    uint32_t r[4];
+    rbytes[w] = 0;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      r[e] = StochasticRoundingWord(key0, key1, index_of(4 * w + e), stream);
-      y[e] = MulRn(v[4 * w + e], enc);
+      rbytes[w] |= StochasticRoundingByte(key0, key1, index_of(4 * w + e),
+                                          stream)
+                   << (8 * e);
     }
-    q[w] = E2M1StochasticCodes4(y, r, may_have_nan);
   }
+  EncodeSrBytes<N>(v, enc, rbytes, may_have_nan, q);
 }
 
-// Column pairs (colwise SR): when the elements of columns 2m and 2m + 1 in a
-// row have the indices 2P and 2P + 1 (an even last-dim term for the even
-// column and even strides for every other dim), they take the two words of
-// one Threefry call on pair P. Lanes 2m and 2m + 1 hold those columns (16
-// rows each): the even lane draws the pairs of rows 0..7, the odd lane those
-// of rows 8..15, and each sends the other its words: 8 calls per lane for 16
-// codes instead of 16. index_of(i): this lane's index of its row i. Every
-// lane of the warp calls it (shuffles).
-template <typename IndexOf>
-__device__ __forceinline__ void ColumnPairWords(uint32_t key0, uint32_t key1,
-                                                uint32_t stream,
-                                                IndexOf index_of,
-                                                uint32_t (&words)[kB]) {
-  constexpr int kHalf = kB / 2;
-  const bool odd = (threadIdx.x & 1u) != 0;
-  uint32_t keep[kHalf];
-  uint32_t send[kHalf];
-#pragma unroll
-  for (int m = 0; m < kHalf; ++m) {
-    uint32_t word0;
-    uint32_t word1;
-    StochasticRoundingPair(key0, key1, index_of((odd ? kHalf : 0) + m) >> 1,
-                           stream, word0, word1);
-    keep[m] = odd ? word1 : word0;
-    send[m] = odd ? word0 : word1;
-  }
-#pragma unroll
-  for (int m = 0; m < kHalf; ++m) {
-    const uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, send[m], 1);
-    words[m] = odd ? got : keep[m];
-    words[kHalf + m] = odd ? keep[m] : got;
-  }
-}
-
-// Stochastically rounded codes of N values times `enc` with their words.
-template <int N>
-__device__ __forceinline__ void EncodeSrWords(const float (&v)[N], float enc,
-                                              const uint32_t (&words)[N],
-                                              bool may_have_nan,
-                                              uint32_t (&q)[N / 4]) {
-#pragma unroll
-  for (int w = 0; w < N / 4; ++w) {
-    float y[4];
-    uint32_t r[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      y[e] = MulRn(v[4 * w + e], enc);
-      r[e] = words[4 * w + e];
-    }
-    q[w] = E2M1StochasticCodes4(y, r, may_have_nan);
-  }
-}
-
-// Stochastically rounded codes of N values times `enc` along the last dim:
-// element e has the global index row + uint32(last + e) (`last`: the last
-// dim's term of element 0, the uint32 wrap of s + offset as in SrTerm). The
-// indices are consecutive unless that term wraps inside the run: then, and
-// when the low word of the pair counter wraps inside the run, one Threefry
-// call per element (EncodeSr). Otherwise one Threefry call per pair of
-// indices (2j, 2j + 1), on counters (lo + p, hi) in 32-bit arithmetic: N / 2
-// calls for an even first index, N / 2 + 1 for an odd one. The parity is a
-// branch, not selects: it is the same for every run of a thread in the usual
-// layouts (even last dims), so the even form makes no extra call.
+// Stochastically rounded codes of N values times `enc` with consecutive
+// indices: element e has the index row + uint32(last + e) (`last`: the term
+// of element 0 in a dim of stride 1, the uint32 wrap of s + offset as in
+// SrTerm: the last dim of x rowwise, the K dim colwise). The indices are
+// consecutive unless that term wraps inside the run: then, and when the low
+// word of the octet counter wraps inside the run, one Threefry call per
+// element (EncodeSr). Otherwise one call per octet the run touches, on
+// counters (lo + o, hi) in 32-bit arithmetic: N / 8 calls (1 for N = 4) for
+// a run that starts an octet (the usual layouts: last dims and K multiples
+// of 8), one more where the run reaches into a further octet. The run's
+// bytes are then the words' bytes from byte first % 8 on (funnel shifts).
 template <int N>
 __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
                                             uint32_t key0, uint32_t key1,
@@ -226,38 +199,40 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
                                             uint32_t last, bool may_have_nan,
                                             uint32_t (&q)[N / 4]) {
   static_assert(N % 4 == 0, "whole code words");
+  constexpr int kOctets = (N + 7) / 8;  // touched by a run from an octet start
   const uint64_t first = row + last;
-  const uint64_t pair = first >> 1;
-  const uint32_t lo = static_cast<uint32_t>(pair);
-  const uint32_t hi = StochasticRoundingCounterHigh(pair, stream);
-  if (last > 0xFFFFFFFFu - (N - 1) || lo > 0xFFFFFFFFu - N / 2) {
+  const uint64_t octet = first >> 3;
+  const uint32_t lo = static_cast<uint32_t>(octet);
+  const uint32_t hi = StochasticRoundingCounterHigh(octet, stream);
+  if (last > 0xFFFFFFFFu - (N - 1) || lo > 0xFFFFFFFFu - kOctets) {
     EncodeSr<N>(
         v, enc, key0, key1, stream,
         [&](int e) { return row + static_cast<uint32_t>(last + e); },
         may_have_nan, q);
     return;
   }
-  uint32_t words[N];
-  if ((first & 1u) == 0) {
-    // Element 2p: word 0 of pair p, element 2p + 1: its word 1.
+  const uint32_t skip = static_cast<uint32_t>(first & 7u);
+  uint32_t words[2 * kOctets + 2];
 #pragma unroll
-    for (int p = 0; p < N / 2; ++p) {
-      Threefry2x32(key0, key1, lo + p, hi, words[2 * p], words[2 * p + 1]);
-    }
-  } else {
-    // Element 0: word 1 of pair 0; elements 2p - 1 and 2p (p >= 1): the
-    // words 0 and 1 of pair p.
-    uint32_t word0;
-    uint32_t word1;
-    Threefry2x32(key0, key1, lo, hi, word0, words[0]);
-#pragma unroll
-    for (int p = 1; p <= N / 2; ++p) {
-      Threefry2x32(key0, key1, lo + p, hi, word0, word1);
-      words[2 * p - 1] = word0;
-      if (2 * p < N) words[2 * p] = word1;
-    }
+  for (int o = 0; o < kOctets; ++o) {
+    Threefry2x32(key0, key1, lo + o, hi, words[2 * o], words[2 * o + 1]);
   }
-  EncodeSrWords<N>(v, enc, words, may_have_nan, q);
+  words[2 * kOctets] = 0;
+  words[2 * kOctets + 1] = 0;
+  if (skip + N > 8 * kOctets) {
+    Threefry2x32(key0, key1, lo + kOctets, hi, words[2 * kOctets],
+                 words[2 * kOctets + 1]);
+  }
+  uint32_t rbytes[N / 4];
+  const bool second = (skip & 4u) != 0;  // the run starts in word 1
+  const uint32_t shift = 8u * (skip & 3u);
+#pragma unroll
+  for (int w = 0; w < N / 4; ++w) {
+    const uint32_t low = second ? words[w + 1] : words[w];
+    const uint32_t high = second ? words[w + 2] : words[w + 1];
+    rbytes[w] = __funnelshift_r(low, high, shift);
+  }
+  EncodeSrBytes<N>(v, enc, rbytes, may_have_nan, q);
 }
 
 // 16 code bytes to dst[0..count): one 16-byte store when whole and aligned

@@ -234,12 +234,14 @@ EQXQ_HOST_DEVICE inline uint32_t CeilToU32(float x) {
 }
 
 // The word whose top byte is the stochastically rounded magnitude code of
-// `value` with the random word r (E2M1StochasticCode below: X + 2^24 - 1 -
-// (r >> 8), < 2^27); a NaN gives 7 there, like a >= 6. |value| is a
-// multiply by 1 and 4 * clamped + 2^26 a multiply-add by 4, with a 1 that
-// ptxas cannot see (OpaqueOne): FMUL and IMAD on the FMA pipe instead of
-// LOP3 and LEA on the ALU pipe, which the SR kernels' Threefry calls fill.
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticSum(float value, uint32_t r) {
+// `value` with the random byte r placed at bits 16..23, `placed` = r << 16
+// (E2M1StochasticCode below: X + 2^24 - 1 - (placed | 2^15), < 2^27); a NaN
+// gives 7 there, like a >= 6. |value| is a multiply by 1 and 4 * clamped +
+// 2^26 a multiply-add by 4, with a 1 that ptxas cannot see (OpaqueOne): FMUL
+// and IMAD on the FMA pipe instead of LOP3 and LEA on the ALU pipe, which the
+// SR kernels' Threefry calls fill.
+EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticSum(float value,
+                                                   uint32_t placed) {
   constexpr uint32_t kSix = 0x40C00000u;  // bits of 6.0f
   const uint32_t one = OpaqueOne();
   const float a = MulRn(std::fabs(value), BitsToFloat(0x3F800000u * one));
@@ -248,18 +250,18 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticSum(float value, uint32_t r) {
   const uint32_t word = magnitude < 0x3F800000u  // a < 1
                             ? CeilToU32(MulRn(a, 33554432.0f))
                             : clamped * (4u * one) + 0x04000000u;
-  return word + (0xFFFFFFu - (r >> 8));
+  return word + (0xFF7FFFu - placed);
 }
 
 // == FloatToE2M1Stochastic(value, r) (common/nvfp4_format.h) for every value
-// and r, in about a third of the instructions (the per-value form: the
+// and byte r, in about a third of the instructions (the per-value form: the
 // kernels encode four at a time with E2M1StochasticCodes4 below, which the
 // host test checks against this one). For a = |value| < 6 the grid
 // step s is 0.5 (a < 2), 1 (a < 4) or 2; the code is c + up, c = floor(a / s)
-// + (0, 2 or 4), up = (r >> 8) < t, t = ceil(frac(a / s) * 2^24) (<= 2^24).
-// With the word X = c * 2^24 + t, c + up = (X + 2^24 - 1 - (r >> 8)) >> 24:
-// the carry out of the low 24 bits is `up` (and a t of exactly 2^24 is c + 1,
-// never up: the same code as c, always up). X is
+// + (0, 2 or 4), up = R < t with R = r << 16 | 2^15 and t = ceil(frac(a / s)
+// * 2^24) (<= 2^24). With the word X = c * 2^24 + t, c + up = (X + 2^24 - 1 -
+// R) >> 24: the carry out of the low 24 bits is `up` (and a t of exactly 2^24
+// is c + 1, never up: the same code as c, always up). X is
 //   a < 1: ceil(a * 2^25) (an exact power-of-two scaling, then the ceiling
 //          of t for the a whose low bits fall below 2^-25);
 //   1 <= a < 6: 4 * bits(a) + 2^26 (mod 2^32): bits(a) >> 22 = 2 * exponent
@@ -270,28 +272,35 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticSum(float value, uint32_t r) {
 // NaN is the NaN code.
 EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCode(float value, uint32_t r) {
   const uint32_t bits = FloatToBits(value);
-  uint32_t code = E2M1StochasticSum(value, r) >> 24;
+  uint32_t code = E2M1StochasticSum(value, r << 16) >> 24;
   code |= (bits >> 28) & 0x8u;
   return (bits & 0x7FFFFFFFu) > 0x7F800000u ? uint32_t{kE2M1NanCode} : code;
 }
 
 // The codes of four values y (one byte each, y[0] in the low byte) with
-// their random words r: == Pack4 of E2M1StochasticCode(y[e], r[e]), in
-// about half of its instructions: the four magnitude codes are the top bytes
-// of the E2M1StochasticSum words and the signs the top bits of the values,
-// each gathered by byte permutes (3 + 3 PRMT, one shift and one LOP3 for
-// the four, where E2M1StochasticCode spends 5 instructions per value and
-// Pack4 5 more). A NaN's magnitude code is already 7; its sign bit is
-// cleared only when `may_have_nan` (the caller's block or lane holds a NaN).
+// their random bytes, byte e of `rbytes` for y[e]: == Pack4 of
+// E2M1StochasticCode(y[e], byte e), in about half of its instructions: each
+// byte is moved to bits 16..23 by one byte permute, the four magnitude codes
+// are the top bytes of the E2M1StochasticSum words and the signs the top
+// bits of the values, each gathered by byte permutes (3 + 3 PRMT, one shift
+// and one LOP3 for the four, where E2M1StochasticCode spends 5 instructions
+// per value and Pack4 5 more). A NaN's magnitude code is already 7; its sign
+// bit is cleared only when `may_have_nan` (the caller's block or lane holds a
+// NaN).
 EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCodes4(const float (&y)[4],
-                                                      const uint32_t (&r)[4],
+                                                      uint32_t rbytes,
                                                       bool may_have_nan) {
+  // Byte e of rbytes at bits 16..23, zeros elsewhere (selector nibbles:
+  // output bytes 0, 1 and 3 from byte 0 of the zero operand).
+  auto placed = [rbytes](uint32_t e) {
+    return BytePerm(rbytes, 0u, 0x4044u | (e << 8));
+  };
   // (SignBits4's byte gather, here on the sums; written out: a shared
   // helper changed the SR kernels' instruction order, unmeasured on the GPU.)
-  const uint32_t s01 = BytePerm(E2M1StochasticSum(y[0], r[0]),
-                                E2M1StochasticSum(y[1], r[1]), 0x0073u);
-  const uint32_t s23 = BytePerm(E2M1StochasticSum(y[2], r[2]),
-                                E2M1StochasticSum(y[3], r[3]), 0x0073u);
+  const uint32_t s01 = BytePerm(E2M1StochasticSum(y[0], placed(0)),
+                                E2M1StochasticSum(y[1], placed(1)), 0x0073u);
+  const uint32_t s23 = BytePerm(E2M1StochasticSum(y[2], placed(2)),
+                                E2M1StochasticSum(y[3], placed(3)), 0x0073u);
   uint32_t q = BytePerm(s01, s23, 0x5410u) | SignBits4(y[0], y[1], y[2], y[3]);
   if (may_have_nan) {
     uint32_t nan_signs = 0;

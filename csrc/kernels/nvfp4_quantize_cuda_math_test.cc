@@ -20,8 +20,9 @@
 //     RawKey and FloatToE2M1 of the unpacked bf16 / f16 values, on 2M random
 //     words (zeros, subnormals, infinities, max finite; NaN detection);
 //   * E2M1StochasticCode(v, r) == FloatToE2M1Stochastic(v, r) for every
-//     97th bit pattern of v (every one with `full`) with r around the
-//     rounding threshold, 0, ~0 and random, and around every grid point;
+//     97th bit pattern of v (every one with `full`) with the random byte r
+//     around the rounding threshold, 0, 255 and random, and around every
+//     grid point; E2M1StochasticCodes4 == Pack4 of E2M1StochasticCode;
 //   * Rht16Exact == Rht16 (the pairwise-sum matrix product, each output
 //     rounded to bf16) on 3M groups: all-zero groups of mixed signs (the -0
 //     rule), tiny subnormals whose products underflow, exact cancellations,
@@ -266,9 +267,9 @@ void CheckRht(Random& rng) {
 }  // namespace
 
 // E2M1StochasticCode == FloatToE2M1Stochastic: every 97th bit pattern (all
-// with `full`), both signs, NaN and inf included, each with random words and
-// the words around the value's rounding threshold (where `up` flips), and
-// around every grid point and step change.
+// with `full`), both signs, NaN and inf included, each with a random byte
+// and the bytes around the value's rounding threshold (where `up` flips),
+// and around every grid point and step change.
 void CheckStochastic(bool full, Random& rng) {
   auto check = [&](uint32_t b, uint32_t r) {
     const float v = BitsToFloat(b);
@@ -276,16 +277,20 @@ void CheckStochastic(bool full, Random& rng) {
           "stochastic", b, r);
   };
   auto around_threshold = [&](uint32_t b) {
-    // The word where up flips (if the formula is right): u << 8.
+    // The byte where up flips (if the formula is right): about frac * 256
+    // - 1/2, from the threshold ceil(frac * 2^24) in the low 24 bits of X.
     const uint32_t magnitude = b & 0x7FFFFFFFu;
     const float per_step = magnitude < 0x40000000u   ? 33554432.0f
                            : magnitude < 0x40800000u ? 16777216.0f
                                                      : 8388608.0f;
-    const uint32_t edge = nv::CeilToU32(BitsToFloat(magnitude) * per_step) << 8;
-    for (int d = -2; d <= 2; ++d) check(b, edge + static_cast<uint32_t>(d));
+    const uint32_t t = nv::CeilToU32(BitsToFloat(magnitude) * per_step);
+    const uint32_t edge = (t & 0xFFFFFFu) >> 16;
+    for (int d = -2; d <= 2; ++d) {
+      check(b, (edge + static_cast<uint32_t>(d)) & 0xFFu);
+    }
     check(b, 0u);
-    check(b, 0xFFFFFFFFu);
-    check(b, rng.Bits());
+    check(b, 0xFFu);
+    check(b, rng.Bits() & 0xFFu);
   };
   const uint64_t step = full ? 1 : 97;
   for (uint64_t b = 0; b <= 0xFFFFFFFFu; b += step) {
@@ -298,10 +303,23 @@ void CheckStochastic(bool full, Random& rng) {
     }
   }
   for (int i = 0; i < 1000000; ++i) around_threshold(rng.Bits());
+  // Every byte on every value whose fractional position in its binade is a
+  // multiple of 2^-9, the ties of the rule ((r + 1/2) / 256 == frac never
+  // rounds up) included: m / 1024 (step 0.5), m / 512 (step 1 from 2) and
+  // m / 256 (step 2 from 4).
+  for (uint32_t r = 0; r < 256; ++r) {
+    for (uint32_t m = 0; m < 2048; ++m) {
+      const float v = static_cast<float>(m) / 1024.0f;
+      for (float scale : {1.0f, 2.0f, 4.0f}) {
+        check(FloatToBits(v * scale), r);
+        check(FloatToBits(v * scale) | 0x80000000u, r);
+      }
+    }
+  }
 }
 
-// E2M1StochasticCodes4 == Pack4 of E2M1StochasticCode over words of four
-// values drawn from one pool (both signs of zeros, subnormals, grid points,
+// E2M1StochasticCodes4 == Pack4 of E2M1StochasticCode (byte e of a random
+// word for value e) over words of four values drawn from one pool (both signs of zeros, subnormals, grid points,
 // thresholds, >= 6, inf, NaNs of both signs, random bits), with NaNs only
 // where `may_have_nan` says so; and with it set where none is.
 void CheckStochastic4(Random& rng) {
@@ -314,7 +332,7 @@ void CheckStochastic4(Random& rng) {
   constexpr int kPool = sizeof(pool) / sizeof(pool[0]);
   for (int i = 0; i < 2000000; ++i) {
     float y[4];
-    uint32_t r[4];
+    const uint32_t rbytes = rng.Bits();
     bool nan = false;
     for (int e = 0; e < 4; ++e) {
       const uint32_t pick = rng.Bits();
@@ -323,17 +341,16 @@ void CheckStochastic4(Random& rng) {
                                              ((pick >> 8) & 1u ? 0x80000000u : 0u);
       y[e] = BitsToFloat(b);
       nan = nan || (b & 0x7FFFFFFFu) > 0x7F800000u;
-      r[e] = rng.Bits();
     }
-    const uint32_t want =
-        nv::Pack4(nv::E2M1StochasticCode(y[0], r[0]),
-                  nv::E2M1StochasticCode(y[1], r[1]),
-                  nv::E2M1StochasticCode(y[2], r[2]),
-                  nv::E2M1StochasticCode(y[3], r[3]));
-    Check(nv::E2M1StochasticCodes4(y, r, nan) == want, "stochastic4",
-          nv::E2M1StochasticCodes4(y, r, nan), want);
-    Check(nv::E2M1StochasticCodes4(y, r, true) == want, "stochastic4 nan",
-          nv::E2M1StochasticCodes4(y, r, true), want);
+    const uint32_t want = nv::Pack4(
+        nv::E2M1StochasticCode(y[0], rbytes & 0xFFu),
+        nv::E2M1StochasticCode(y[1], (rbytes >> 8) & 0xFFu),
+        nv::E2M1StochasticCode(y[2], (rbytes >> 16) & 0xFFu),
+        nv::E2M1StochasticCode(y[3], rbytes >> 24));
+    Check(nv::E2M1StochasticCodes4(y, rbytes, nan) == want, "stochastic4",
+          nv::E2M1StochasticCodes4(y, rbytes, nan), want);
+    Check(nv::E2M1StochasticCodes4(y, rbytes, true) == want,
+          "stochastic4 nan", nv::E2M1StochasticCodes4(y, rbytes, true), want);
   }
 }
 

@@ -25,10 +25,9 @@
 //     published in shared memory for the rowwise phase. Colwise: the RHT
 //     butterfly in registers (use_rht), the block scale, the codes, one
 //     8-byte streaming store of the 16 packed codes of 16 consecutive k of
-//     the T layout (c, l, a, k) and one scale byte. SR: where columns 2m and
-//     2m + 1 of a row share a Threefry pair (even strides, even last-dim
-//     offset), lanes 2m and 2m + 1 split the calls and exchange the words
-//     (ColumnPairWords); otherwise one call per element.
+//     the T layout (c, l, a, k) and one scale byte. SR: the 16 elements have
+//     consecutive colwise indices (K is the last dim of the T layout): two
+//     Threefry calls (EncodeSrRun).
 //   * Rowwise phase: thread (r, lb) = (t % 64, t / 64) encodes columns
 //     16 lb .. 16 lb + 15 of row r (two or four 16-byte shared loads) and
 //     stores 16 packed codes (8 bytes) and a scale byte.
@@ -82,10 +81,6 @@ struct TileParams {
   bool rowwise, colwise, use_2d;
   bool vec_load;  // L % kVec == 0 and x 16-byte aligned: cp.async rows
   int k_axis;     // index of K in S (for the SR index)
-  // SR: every stride of the index but the last dim's is even (the global
-  // last dim is), so with an even last-dim offset columns 2m and 2m + 1 of a
-  // row share a counter pair (ColumnPairWords).
-  bool sr_even_strides;
   float rht_factor[kRhtSize];  // R[i][0]
   SrLayout sr;
 };
@@ -188,9 +183,6 @@ __global__ void __launch_bounds__(kThreads, kTileMinBlocks<kSr>)
     }
   };
 
-  // Colwise SR by column pairs (tiles start at even columns).
-  const bool pair_columns =
-      kSr && p.sr_even_strides && (__ldg(p.sr.offset + p.sr.n - 1) & 1) == 0;
   int64_t cached_ex = -1;
   float row_factor = 0.0f;  // block amax -> scale byte multipliers
   float col_factor = 0.0f;
@@ -232,9 +224,14 @@ __global__ void __launch_bounds__(kThreads, kTileMinBlocks<kSr>)
     }
     const TileAt at = tile_at[cur];  // in registers (kTileMinBlocks)
     uint64_t sr_base = 0;  // the A and C terms of the tile's elements
+    uint64_t sr_col_base = 0;  // the same in their colwise indices
     if constexpr (kSr) {
       sr_base = SrMulti(p.sr, 0, p.k_axis, at.a) +
                 SrMulti(p.sr, p.k_axis + 1, p.sr.n - 1, at.c);
+      if (p.colwise) {
+        sr_col_base = SrMulti<true>(p.sr, 0, p.k_axis, at.a) +
+                      SrMulti<true>(p.sr, p.k_axis + 1, p.sr.n - 1, at.c);
+      }
     }
     const uint8_t* buf = tile[cur];
 
@@ -275,19 +272,14 @@ __global__ void __launch_bounds__(kThreads, kTileMinBlocks<kSr>)
         const float enc = enc_table[1][sdb & 127u];
         uint32_t q[4];
         if constexpr (kSr) {
-          const int64_t k_first = at.k0 + kb * kB;
-          const uint64_t base = sr_base + SrTerm(p.sr, p.sr.n - 1, at.l0 + j);
-          auto index_of = [&](int i) {
-            return base + SrTerm(p.sr, p.k_axis, k_first + i);
-          };
-          if (pair_columns) {  // the whole warp
-            uint32_t words[kB];
-            ColumnPairWords(key0, key1, kColwiseStream, index_of, words);
-            EncodeSrWords<kB>(v, enc, words, has_nan, q);
-          } else if (live) {
-            EncodeSr<kB>(v, enc, key0, key1, kColwiseStream, index_of,
-                         has_nan, q);
-          }
+          // Column j's terms, then the K coordinates of the block (stride 1
+          // in the T layout).
+          EncodeSrRun<kB>(
+              v, enc, key0, key1, kColwiseStream,
+              sr_col_base + SrTerm<true>(p.sr, p.sr.n - 1, at.l0 + j),
+              static_cast<uint32_t>(
+                  SrTerm<true>(p.sr, p.k_axis, at.k0 + kb * kB)),
+              has_nan, q);
         } else if (has_nan) {
           EncodeExact<kB>(v, enc, q);
         } else {
@@ -388,7 +380,6 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
   for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];
   p.sr = sr;
-  p.sr_even_strides = sr.n >= 2 && sr.stride[sr.n - 2] % 2 == 0;
   static const int per_sm = ResidentBlocks(TileKernel<In, kRht, kSr>, kThreads,
                                            kTileMinBlocks<kSr>);
   const uint64_t room = static_cast<uint64_t>(SmCount()) * per_sm;

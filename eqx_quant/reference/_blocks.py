@@ -188,9 +188,6 @@ def nvfp4_quantize(
     a, k, c, l = view_dims(shape, block_axis)
     x4 = x.astype(jnp.float32).reshape(a, k, c, l)
     tiles = _tile_amax(x4) if use_2d else None
-    if stochastic_rounding:
-        lo, hi = _sr.global_index(shape, offset, global_shape)
-        lo4, hi4 = lo.reshape(a, k, c, l), hi.reshape(a, k, c, l)
     blocks, amax_b, amax_g, words, sizes = [], [], [], [], []
     if rowwise:
         xb = _row_blocks(x4, t)
@@ -201,8 +198,10 @@ def nvfp4_quantize(
         blocks.append(xb)
         amax_b.append(ab)
         amax_g.append(jnp.broadcast_to(amax.reshape(()), ab.shape))
-        if stochastic_rounding:
-            words.append(_sr.random_words(key, _row_blocks(lo4, t), _row_blocks(hi4, t), 0))
+        if stochastic_rounding:  # the rowwise index is the element's in the global x
+            lo, hi = _sr.global_index(shape, offset, global_shape)
+            lo4, hi4 = lo.reshape(a, k, c, l), hi.reshape(a, k, c, l)
+            words.append(_sr.random_bytes(key, _row_blocks(lo4, t), _row_blocks(hi4, t), 0))
         sizes.append(xb.shape[0])
     if colwise:
         xb = _col_blocks(_colwise_values(x4, use_rht, sign_mask), t)
@@ -215,8 +214,16 @@ def nvfp4_quantize(
         amax_b.append(ab)
         amax_g.append(jnp.broadcast_to(col_amax.reshape(()), ab.shape))
         if stochastic_rounding:
-            lo_c, hi_c = _col_blocks(_col_view(lo4), t), _col_blocks(_col_view(hi4), t)
-            words.append(_sr.random_words(key, lo_c, hi_c, 1))
+            # The colwise index is the element's in the global T layout S[fa:] + S[:fa].
+            fa = block_axis + 1
+            t_lo, t_hi = _sr.global_index(
+                shape[fa:] + shape[:fa],
+                jnp.concatenate([offset[fa:], offset[:fa]]),
+                global_shape[fa:] + global_shape[:fa],
+            )
+            lo_c = _col_blocks(t_lo.reshape(c, l, a, k), t)
+            hi_c = _col_blocks(t_hi.reshape(c, l, a, k), t)
+            words.append(_sr.random_bytes(key, lo_c, hi_c, 1))
     if not blocks:
         return _empty(), _empty(), _empty(), _empty()
     codes, sdb = _nv_codes(

@@ -205,8 +205,8 @@ def grouped_fp8_quantize(x, scale, group_sizes, *, q_dtype, rows_per_unit, rowwi
 
 def _grouped_blocks(x, group_sizes, *, rows_per_unit, rowwise, colwise, block, col_flat,
                     data_dtype, quantize_group):
-    """Shared driver of the MXFP8 / NVFP4 grouped references. `quantize_group(xg, g)`
-    returns the dense `(row, row_scale, col, col_scale)` of the group's rows on top;
+    """Shared driver of the MXFP8 / NVFP4 grouped references. `quantize_group(xg, g, count)`
+    returns the dense `(row, row_scale, col, col_scale)` of the group's `count` rows on top;
     `col_flat`: colwise data in the flat T layout (NVFP4) instead of x's layout (MXFP8)."""
     r, n = x.shape
     groups = group_sizes.shape[0]
@@ -224,7 +224,7 @@ def _grouped_blocks(x, group_sizes, *, rows_per_unit, rowwise, colwise, block, c
 
     def body(carry, g, start, count, gid):
         row, row_s, col, col_s = carry
-        d_row, d_row_s, d_col, d_col_s = quantize_group(_group_rows(x, start, count), g)
+        d_row, d_row_s, d_col, d_col_s = quantize_group(_group_rows(x, start, count), g, count)
         if rowwise:
             row = _place_rows(row, d_row, gid, g, start)
             row_s = _place_scales(row_s, d_row_s, row_regions, g)
@@ -245,8 +245,8 @@ def _grouped_blocks(x, group_sizes, *, rows_per_unit, rowwise, colwise, block, c
 def grouped_mxfp8_quantize(x, group_sizes, *, q_dtype, rows_per_unit, rowwise, colwise):
     """`(row, row_scale, col, col_scale)` of one example; scales as E8M0 bytes."""
 
-    def quantize_group(xg, g):
-        del g
+    def quantize_group(xg, g, count):
+        del g, count
         return _blocks.mxfp8_quantize(xg, q_dtype, 0, rowwise, colwise)
 
     return _grouped_blocks(
@@ -266,7 +266,7 @@ def grouped_nvfp4_quantize(
     x, amax, keys, group_sizes, *, rows_per_unit, rowwise, colwise, use_2d, stochastic_rounding
 ):
     """`(row, row_scale, col, col_scale)` of one example as E2M1 codes / E4M3 bytes."""
-    def quantize_group(xg, g):
+    def quantize_group(xg, g, count):
         a = amax[g].reshape(1)
         return _blocks.nvfp4_quantize(
             xg,
@@ -281,7 +281,9 @@ def grouped_nvfp4_quantize(
             use_rht=False,
             sign_mask=0,
             stochastic_rounding=stochastic_rounding,
-            global_shape=xg.shape,
+            # The group is the (count, N) tensor (its colwise SR index runs over T = (N, count));
+            # xg holds it on top of zero rows.
+            global_shape=(count, xg.shape[1]),
         )
 
     return _grouped_blocks(

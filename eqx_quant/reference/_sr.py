@@ -1,11 +1,11 @@
 """Counter-based random bits and E2M1 stochastic rounding (docs/block_formats.md).
 
-The random word of an element depends only on the key and the element's global index (and
-a stream id that separates the rowwise and colwise parts), so every implementation and every
-sharding draws the same bits. The generator is Threefry-2x32 with 20 rounds, the function
-behind `jax.random`'s default keys, written here with plain uint32 operations so the kernels
-can follow it line by line. One Threefry call serves two elements: the indices 2j and 2j + 1
-share the counter of j and take its output words 0 and 1.
+The random byte of an element depends only on the key and the element's index (and a stream
+id that separates the rowwise and colwise parts), so every implementation and every sharding
+draws the same bits. The generator is Threefry-2x32 with 20 rounds, the function behind
+`jax.random`'s default keys, written here with plain uint32 operations so the kernels can
+follow it line by line. One Threefry call serves eight elements: the indices 8j .. 8j + 7
+share the counter of j and take the bytes 0..7 of its two output words (little-endian).
 """
 
 import jax.numpy as jnp
@@ -38,22 +38,25 @@ def threefry2x32(
     return x0, x1
 
 
-def random_words(
+def random_bytes(
     key: UInt32[Array, "2"], index_lo: UInt32[Array, "*s"], index_hi: UInt32[Array, "*s"], stream: int
 ) -> UInt32[Array, "*s"]:
-    """The element words `threefry2x32(key, (lo32(index >> 1), hi32(index >> 1) | stream << 31))`
-    `[index & 1]` of the 64-bit indices `(index_hi:index_lo)`."""
-    pair_lo = (index_lo >> jnp.uint32(1)) | (index_hi << jnp.uint32(31))
-    pair_hi = (index_hi >> jnp.uint32(1)) | jnp.uint32((stream & 1) << 31)
-    word0, word1 = threefry2x32(key[0], key[1], pair_lo, pair_hi)
-    return jnp.where((index_lo & jnp.uint32(1)) == 1, word1, word0)
+    """The random byte (0..255, as uint32) of each 64-bit index `(index_hi:index_lo)`: byte
+    `index & 7` of the two words `threefry2x32(key, (lo32(index >> 3), hi32(index >> 3) |
+    stream << 31))`, word 0 holding bytes 0..3 (byte 0 in its low bits) and word 1 bytes 4..7."""
+    octet_lo = (index_lo >> jnp.uint32(3)) | (index_hi << jnp.uint32(29))
+    octet_hi = (index_hi >> jnp.uint32(3)) | jnp.uint32((stream & 1) << 31)
+    word0, word1 = threefry2x32(key[0], key[1], octet_lo, octet_hi)
+    word = jnp.where((index_lo & jnp.uint32(4)) != 0, word1, word0)
+    return (word >> ((index_lo & jnp.uint32(3)) * jnp.uint32(8))) & jnp.uint32(0xFF)
 
 
 def global_index(
-    local_shape: tuple[int, ...], offset: Array, global_shape: tuple[int, ...]
+    local_shape: tuple[int, ...], offset: Array, global_shape: tuple[int | Array, ...]
 ) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
     """(lo, hi) uint32 words of the row-major global linear index of every element of a local
-    block of `local_shape` placed at `offset` (int32, one per dim) in `global_shape`.
+    block of `local_shape` placed at `offset` (int32, one per dim) in `global_shape`, whose
+    dims may be traced integer scalars (below 2^32; a grouped op's group rows).
 
     Computed in 64-bit arithmetic emulated on uint32 pairs (JAX runs without x64)."""
     lo = jnp.zeros(local_shape, jnp.uint32)
@@ -64,9 +67,11 @@ def global_index(
     return lo, hi
 
 
-def _mul_add_u64(lo: Array, hi: Array, m: int, add: Array) -> tuple[Array, Array]:
-    """(hi:lo) * m + add (mod 2^64), m a Python int < 2^32, add uint32."""
-    m_lo, m_hi = jnp.uint32(m & 0xFFFF), jnp.uint32(m >> 16)
+def _mul_add_u64(lo: Array, hi: Array, m: int | Array, add: Array) -> tuple[Array, Array]:
+    """(hi:lo) * m + add (mod 2^64), m an integer (Python or a traced scalar) < 2^32, add
+    uint32."""
+    m = jnp.uint32(m) if isinstance(m, int) else jnp.asarray(m).astype(jnp.uint32)
+    m_lo, m_hi = m & jnp.uint32(0xFFFF), m >> jnp.uint32(16)
     # lo * m as a 64-bit value from 16-bit pieces.
     a_lo, a_hi = lo & jnp.uint32(0xFFFF), lo >> jnp.uint32(16)
     p00 = a_lo * m_lo
@@ -76,17 +81,17 @@ def _mul_add_u64(lo: Array, hi: Array, m: int, add: Array) -> tuple[Array, Array
     mid = (p00 >> jnp.uint32(16)) + (p01 & jnp.uint32(0xFFFF)) + (p10 & jnp.uint32(0xFFFF))
     new_lo = (p00 & jnp.uint32(0xFFFF)) | (mid << jnp.uint32(16))
     carry = (mid >> jnp.uint32(16)) + (p01 >> jnp.uint32(16)) + (p10 >> jnp.uint32(16)) + p11
-    new_hi = hi * jnp.uint32(m) + carry
+    new_hi = hi * m + carry
     out_lo = new_lo + add
     out_hi = new_hi + (out_lo < new_lo).astype(jnp.uint32)
     return out_lo, out_hi
 
 
 def encode_e2m1_sr(y: Float[Array, "*s"], r: UInt32[Array, "*s"]) -> UInt8[Array, "*s"]:
-    """Stochastically rounded E2M1 codes of float32 `y` with random words `r`.
+    """Stochastically rounded E2M1 codes of float32 `y` with random bytes `r` (0..255).
 
     Exact integer form of the rule in docs/block_formats.md: with `a = |y|` and the grid step
-    (0.5, 1, 2) of a's binade, round up to the next grid point iff `(r >> 8) * 2^-24` is below
+    (0.5, 1, 2) of a's binade, round up to the next grid point iff `(r + 1/2) * 2^-8` is below
     the fractional position of `a` between its two neighbours; saturate at 6; NaN -> 0x7; the
     sign bit is kept (also for a zero result)."""
     b = bits(y)
@@ -117,8 +122,10 @@ def encode_e2m1_sr(y: Float[Array, "*s"], r: UInt32[Array, "*s"]) -> UInt8[Array
     down = frac >> sh_pos
     rounded_up = down + ((frac & ((jnp.uint32(1) << sh_pos) - jnp.uint32(1))) != 0).astype(jnp.uint32)
     threshold = jnp.where(sh >= 32, (frac != 0).astype(jnp.uint32), jnp.where(sh >= 0, rounded_up, frac << sh_neg))
-    r24 = r >> jnp.uint32(8)
-    up = (r24 < threshold).astype(jnp.uint32)  # P(up) = threshold / 2^24
+    # (r + 1/2) * 2^-8 < frac <=> (r * 2 + 1) * 2^15 < frac * 2^24 <=> that integer is
+    # below threshold = ceil(frac * 2^24) (an integer m is below x iff below ceil(x)).
+    r24 = (r.astype(jnp.uint32) << jnp.uint32(16)) | jnp.uint32(0x8000)
+    up = (r24 < threshold).astype(jnp.uint32)
     code = n + up + offset
     code = jnp.where(big, jnp.uint32(7), code)
     code = jnp.where(nan, jnp.uint32(7), code | sign)
