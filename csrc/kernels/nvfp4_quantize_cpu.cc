@@ -267,8 +267,8 @@ class ExampleQuantizer {
       if (sr_ == nullptr) {
         Loops::Codes(s_.x[i], s_.row_enc, width, s_.row_codes);
       } else {
-        CodesSr(s_.x[i], s_.row_enc, ch, a_index + sr_->K(k0 + i),
-                kRowwiseStream, s_.row_codes);
+        RowCodesSr(s_.x[i], s_.row_enc, ch, a_index + sr_->K(k0 + i),
+                   s_.row_codes);
       }
       for (int64_t cc = 0; cc < ch.nc; ++cc) {
         const int64_t c = ch.c0 + cc;
@@ -280,15 +280,15 @@ class ExampleQuantizer {
     }
   }
 
-  // out[j] = SR code of x[j] * enc[j] for the chunk's positions j of a panel
-  // row whose (a, k) index terms sum to `row_index`. Position jl of segment
+  // out[j] = rowwise SR code of x[j] * enc[j] for the chunk's positions j of a
+  // panel row whose (a, k) index terms sum to `row_index`. Position jl of segment
   // cc has the index row_index + seg_index[cc] - seg_last_ + uint32(seg_last_
   // + jl): consecutive unless the last dim's term wraps (an offset near
   // 2^32). Consecutive: the bytes come one octet (one Threefry call) at a
   // time from the octet of the first index, from its byte first % 8 on;
   // else one call per position.
-  void CodesSr(const float* x, const float* enc, const Chunk& ch,
-               uint64_t row_index, uint32_t stream, uint8_t* out) {
+  void RowCodesSr(const float* x, const float* enc, const Chunk& ch,
+                  uint64_t row_index, uint8_t* out) {
     const bool wraps = seg_last_ > 0xFFFFFFFFu - (ch.nlp - 1);
     for (int64_t cc = 0; cc < ch.nc; ++cc) {
       const uint64_t first = row_index + s_.seg_index[cc];
@@ -298,13 +298,14 @@ class ExampleQuantizer {
         for (int64_t jl = 0; jl < ch.nlp; ++jl) {
           const uint32_t last = seg_last_ + static_cast<uint32_t>(jl);
           s_.sr_bytes[jl] = static_cast<uint8_t>(
-              StochasticRoundingByte(key0_, key1_, row_c + last, stream));
+              StochasticRoundingByte(key0_, key1_, row_c + last,
+                                     kRowwiseStream));
         }
         Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_bytes, out + at);
         continue;
       }
       const int64_t skip = static_cast<int64_t>(first & 7u);
-      Loops::SrBytes(SrRun{key0_, key1_, first >> 3, stream},
+      Loops::SrBytes(SrRun{key0_, key1_, first >> 3, kRowwiseStream},
                      (skip + ch.nlp + 7) / 8, s_.sr_bytes);
       Loops::CodesSr(x + at, enc + at, ch.nlp, s_.sr_bytes + skip, out + at);
     }
