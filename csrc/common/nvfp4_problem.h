@@ -63,6 +63,30 @@ struct Nvfp4QuantizeProblem {
   bool packed_codes = false;
 };
 
+// The strides of the stochastic-rounding indices (docs/block_formats.md) in
+// the global shape G (n = G.size() entries each): rowwise, index ravel(s, G),
+// dim d's stride is prod(G[d+1:]); colwise, ravel(T(s), T(G)) with T(v) =
+// v[fa:] + v[:fa] and fa = k_axis + 1, it is dim d's stride in T(G) (k_axis's
+// is 1). Without a K axis (k_axis < 0) `col` is not written.
+inline void Nvfp4SrStrides(const std::vector<int64_t>& global_shape,
+                           int64_t k_axis, uint64_t* row, uint64_t* col) {
+  const int n = static_cast<int>(global_shape.size());
+  uint64_t stride = 1;
+  for (int d = n - 1; d >= 0; --d) {
+    row[d] = stride;
+    stride *= static_cast<uint64_t>(global_shape[d]);
+  }
+  if (k_axis < 0) return;
+  // T order: dims fa .. n-1, then 0 .. fa-1, walked from the last back.
+  const int fa = static_cast<int>(k_axis) + 1;
+  stride = 1;
+  for (int t = n - 1; t >= 0; --t) {
+    const int d = t < n - fa ? fa + t : t - (n - fa);
+    col[d] = stride;
+    stride *= static_cast<uint64_t>(global_shape[d]);
+  }
+}
+
 // Data pointers of one eqx_quant_nvfp4_quantize call; per-example blocks are
 // contiguous. Codes are E2M1 codes (0..15), one per byte or two per byte
 // (Nvfp4QuantizeProblem::packed_codes); scales E4M3 bytes.

@@ -139,7 +139,7 @@ void SrBytesBody(const SrRun& run, int64_t octets, uint8_t* __restrict out) {
                             run.first_octet + static_cast<uint64_t>(m),
                             run.stream, words[0], words[1]);
     for (int b = 0; b < 8; ++b) {
-      out[8 * m + b] = static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4)));
+      out[8 * m + b] = static_cast<uint8_t>(OctetByte(words[0], words[1], b));
     }
   }
 }

@@ -112,22 +112,9 @@ class SrIndex {
     const int n = static_cast<int>(shape_.size());
     stride_[0].assign(n, 0);
     stride_[1].assign(n, 0);
+    Nvfp4SrStrides(global_shape, k_axis, stride_[0].data(), stride_[1].data());
     offset_.assign(n, 0);
-    uint64_t stride = 1;
-    for (int d = n - 1; d >= 0; --d) {
-      stride_[0][d] = stride;
-      stride *= static_cast<uint64_t>(global_shape[d]);
-      offset_[d] = static_cast<uint32_t>(offset[d]);
-    }
-    if (k_axis >= 0) {  // T order: dims fa .. n-1, then 0 .. fa-1
-      const int fa = k_axis + 1;
-      stride = 1;
-      for (int t = n - 1; t >= 0; --t) {
-        const int d = t < n - fa ? fa + t : t - (n - fa);
-        stride_[1][d] = stride;
-        stride *= static_cast<uint64_t>(global_shape[d]);
-      }
-    }
+    for (int d = 0; d < n; ++d) offset_[d] = static_cast<uint32_t>(offset[d]);
     l_axis_ = n - 1;
   }
 

@@ -448,23 +448,8 @@ Nvfp4LaunchStatus Nvfp4Quantize(const Nvfp4QuantizeProblem& problem,
     sr.offset = buffers.offset;
     sr.n = n;
     sr.narrow = v.a * v.k * v.c * v.l <= 0xFFFFFFFF;
-    uint64_t stride = 1;
-    for (int d = n - 1; d >= 0; --d) {
-      sr.shape[d] = v.shape[d];
-      sr.stride[d] = stride;
-      stride *= static_cast<uint64_t>(problem.global_shape[d]);
-    }
-    // The colwise strides: the dims in T order S[fa:] + S[:fa], fa = k_axis
-    // + 1, walked from the last (k_axis, stride 1) back.
-    if (v.k_axis >= 0) {
-      const int fa = static_cast<int>(v.k_axis) + 1;
-      uint64_t col_stride = 1;
-      for (int t = n - 1; t >= 0; --t) {
-        const int d = t < n - fa ? fa + t : t - (n - fa);
-        sr.col_stride[d] = col_stride;
-        col_stride *= static_cast<uint64_t>(problem.global_shape[d]);
-      }
-    }
+    for (int d = 0; d < n; ++d) sr.shape[d] = v.shape[d];
+    Nvfp4SrStrides(problem.global_shape, v.k_axis, sr.stride, sr.col_stride);
   } else {
     sr.n = static_cast<int>(v.shape.size());
   }

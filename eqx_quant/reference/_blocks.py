@@ -153,7 +153,7 @@ def nvfp4_amax(
 
 
 def _nv_codes(xb, amax_b, amax_g, r):
-    """E2M1 codes and E4M3 scale bytes of (B, 16) blocks; SR where `r` (B, 16) is given."""
+    """E2M1 codes and E4M3 scale bytes of (B, 16) blocks; SR with random bytes `r` (B, 16)."""
     s_enc = _nvfp4.global_encode_scale(amax_g)
     sdb = _nvfp4.block_scale_bytes(amax_b, s_enc)
     enc = _nvfp4.block_encode_scale(sdb, s_enc)
@@ -188,7 +188,7 @@ def nvfp4_quantize(
     a, k, c, l = view_dims(shape, block_axis)
     x4 = x.astype(jnp.float32).reshape(a, k, c, l)
     tiles = _tile_amax(x4) if use_2d else None
-    blocks, amax_b, amax_g, words, sizes = [], [], [], [], []
+    blocks, amax_b, amax_g, rbytes, sizes = [], [], [], [], []
     if rowwise:
         xb = _row_blocks(x4, t)
         if use_2d:
@@ -201,7 +201,7 @@ def nvfp4_quantize(
         if stochastic_rounding:  # the rowwise index is the element's in the global x
             lo, hi = _sr.global_index(shape, offset, global_shape)
             lo4, hi4 = lo.reshape(a, k, c, l), hi.reshape(a, k, c, l)
-            words.append(_sr.random_bytes(key, _row_blocks(lo4, t), _row_blocks(hi4, t), 0))
+            rbytes.append(_sr.random_bytes(key, _row_blocks(lo4, t), _row_blocks(hi4, t), 0))
         sizes.append(xb.shape[0])
     if colwise:
         xb = _col_blocks(_colwise_values(x4, use_rht, sign_mask), t)
@@ -223,14 +223,14 @@ def nvfp4_quantize(
             )
             lo_c = _col_blocks(t_lo.reshape(c, l, a, k), t)
             hi_c = _col_blocks(t_hi.reshape(c, l, a, k), t)
-            words.append(_sr.random_bytes(key, lo_c, hi_c, 1))
+            rbytes.append(_sr.random_bytes(key, lo_c, hi_c, 1))
     if not blocks:
         return _empty(), _empty(), _empty(), _empty()
     codes, sdb = _nv_codes(
         jnp.concatenate(blocks),
         jnp.concatenate(amax_b),
         jnp.concatenate(amax_g),
-        jnp.concatenate(words) if stochastic_rounding else None,
+        jnp.concatenate(rbytes) if stochastic_rounding else None,
     )
     row = row_scale = col = col_scale = _empty()
     start = 0

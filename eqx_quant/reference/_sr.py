@@ -9,6 +9,7 @@ share the counter of j and take the bytes 0..7 of its two output words (little-e
 """
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, UInt8, UInt32
 
@@ -70,7 +71,7 @@ def global_index(
 def _mul_add_u64(lo: Array, hi: Array, m: int | Array, add: Array) -> tuple[Array, Array]:
     """(hi:lo) * m + add (mod 2^64), m an integer (Python or a traced scalar) < 2^32, add
     uint32."""
-    m = jnp.uint32(m) if isinstance(m, int) else jnp.asarray(m).astype(jnp.uint32)
+    m = jnp.uint32(int(m)) if isinstance(m, (int, np.integer)) else m.astype(jnp.uint32)
     m_lo, m_hi = m & jnp.uint32(0xFFFF), m >> jnp.uint32(16)
     # lo * m as a 64-bit value from 16-bit pieces.
     a_lo, a_hi = lo & jnp.uint32(0xFFFF), lo >> jnp.uint32(16)
