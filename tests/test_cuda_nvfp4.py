@@ -16,8 +16,9 @@ not depend on the layout).
 
 The shapes reach every kernel path: RowHalfKernel (rowwise only, L % 16 == 0, bf16 / f16 without
 stochastic rounding: several steps per CTA, a partial last step, NaN steps, the paired and the
-unpaired encoder: a finite bf16 global amax above 6 x 2^123 takes the latter), RowFastKernel (the
-same for f32 and with stochastic rounding), RowScalarKernel (L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
+unpaired encoder: a finite bf16 global amax above 6 x 2^123 takes the latter), RowHalfSrKernel
+(the same with stochastic rounding: linear and general SR indices, NaN steps), RowFastKernel (the
+same for f32), RowScalarKernel (L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
 a 16-byte vector), partial K and L blocks and tiles, C > 1, A > 1, several tiles per CTA, empty
 tensors; PanelKernel (1D colwise with K % 16 == 0 and L % 16 == 0: with and without the RHT and
 stochastic rounding, rowwise optional; partial panel and vector groups); AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
@@ -174,8 +175,8 @@ SHAPES = [
     ((208, 5, 112), -2, "f32", ("rht",)),
     ((8192, 1024), -1, "bf16", ("1d", "rht")),
     ((4096, 4096), -1, "bf16", ("1d", "2d", "sr")),
-    # RowFastKernel<SR> takes up to 4 steps per CTA, fewer when that would leave SMs idle: here
-    # 3-4 steps per CTA (1296 steps) with a partial last step (1326510 vectors)
+    # RowHalfSrKernel takes up to 4 steps per CTA, fewer when that would leave SMs idle: here
+    # 4 steps per CTA (1296 steps) with a partial last step (1326510 vectors)
     ((2601, 4080), -1, "bf16", ("sr",)),
 ]
 CASES = [(s, fa, x, m) for s, fa, x, modes in SHAPES for m in modes]
@@ -198,12 +199,15 @@ def test_dtypes(x_name, mode):
 
 
 @pytest.mark.parametrize("x_name", ["bf16", "f16"])
-def test_row_half_whole_and_partial_steps(x_name):
-    """RowHalfKernel (16-bit, rowwise): 2113 x 2048 values are 529 steps of 1024 vectors, one
-    more than the kernel's wave of 4 CTAs per SM on an H200 (528), so CTA 0 takes a whole step
-    and then the example's partial last one (80 vectors)."""
+@pytest.mark.parametrize("mode", ["1d", "sr"])
+def test_row_half_whole_and_partial_steps(x_name, mode):
+    """RowHalfKernel / RowHalfSrKernel (16-bit, rowwise): 2113 x 2048 values are 529 steps of
+    1024 vectors. Without SR, one more than the kernel's wave of 4 CTAs per SM on an H200 (528),
+    so CTA 0 takes a whole step and then the example's partial last one (80 vectors); with SR,
+    265 CTAs of at most 2 steps (3 CTAs per SM), CTA 263 taking step 263 and the partial
+    one."""
     x = spread_random((2113, 2048), X_DTYPES[x_name], seed=21)
-    _check(x, -1, "1d", (L.ROWWISE,), seed=21)
+    _check(x, -1, mode, (L.ROWWISE,), seed=21)
 
 
 @pytest.mark.parametrize("kind", ["bf16", "f16"])
@@ -359,7 +363,7 @@ SHARDED = [
     # the last dim's term wraps inside a block; row stride 2^31 + 1 (1 mod 8): first indices
     # at six positions of an octet; rowwise (x's L) and colwise (the T layout's K)
     ((6, 48), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # tile / scalar kernels
-    ((6, 64), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # fast row kernel (L % 16 == 0)
+    ((6, 64), 0, 1, (3, -21), (16, 2**31 + 1), False, False),  # 16-bit row kernel, general
     ((48, 16), 0, 1, (-21, 3), (2**31 + 1, 16), False, False),  # colwise: K term wraps
     ((48, 16), 0, 1, (-21, 3), (2**31 + 1, 32), False, True),  # the same through the RHT
     # row 15's indices run over 2^35 - 41 ..: the low word of the octet counter wraps inside
@@ -372,6 +376,18 @@ SHARDED = [
     ((4, 8, 32), 0, 1, (1, 2, 32), (8, 16, 96), False, False),
     ((300, 16), 0, 1, (7, 3), (1000, 32), False, False),
     ((8, 2064), 0, 1, (1, 16), (16, 4096), False, False),
+    # RowHalfSrKernel (bf16, L % 16 == 0): where S[1:] == G[1:], the index is the local one
+    # plus sum(offset * stride) (one Threefry call per vector on octet base / 8 + vector)
+    # unless an s + offset wraps in 32 bits or the base is not a multiple of 8
+    ((64, 64), 0, 1, (64, 0), (256, 64), False, False),  # linear
+    ((16, 64), 0, 1, (3, 8), (32, 64), False, False),  # linear, a last-dim offset of 8
+    ((16, 64), 0, 1, (3, 5), (32, 64), False, False),  # base 197: general
+    ((16, 64), 0, 1, (-3, 0), (16, 64), False, False),  # s + offset wraps: general
+    ((2, 16, 64), 1, 1, (16, 0), (64, 64), False, False),  # linear, batched keys
+    ((1024,), 0, 0, (2048,), (4096,), False, False),  # rank 1 (rowwise only), linear
+    ((1024,), 0, 0, (4,), (4096,), False, False),  # rank 1, base 4: general
+    # linear octets 2^32 - 16 .. 2^32 + 15: the counter's low word wraps between vectors
+    ((16, 16), 0, 1, (2**31 - 8, 0), (2**31, 16), False, False),
     # colwise octets along K misaligned with the blocks (K offset 2) and cut by the tensor's
     # edge: K = 40 ends two elements into an octet whose other six bytes are never stored
     ((40, 33), 0, 1, (2, 4), (64, 64), False, False),
@@ -382,8 +398,9 @@ SHARDED = [
 
 
 SR_INDEX_CASES = [
-    (case, parts) for case in SHARDED for parts in ("rows", "both") if parts == "both" or
-    not (case[5] or case[6])  # rows: the rowwise-only kernels (1D)
+    (case, parts) for case in SHARDED for parts in ("rows", "both")
+    # rows: the rowwise-only kernels (1D); both: a colwise part (rank >= 2)
+    if (parts == "both" and len(case[0]) - case[1] >= 2) or (parts == "rows" and not (case[5] or case[6]))
 ]
 
 

@@ -20,7 +20,9 @@
 // Kernels (256 threads, nothing allocated; launched with programmatic
 // dependent launch after the amax kernel, whose completion they wait for
 // before reading the amax):
-//   * RowFastKernel: rowwise only (no colwise part, no 2D), L % 16 == 0,
+//   * RowFastKernel (f32; written for any vector width, the 16-bit inputs
+//     take RowHalfKernel / RowHalfSrKernel): rowwise only (no colwise part,
+//     no 2D), L % 16 == 0,
 //     16-byte aligned buffers and 16-byte (8-byte for f32) aligned examples
 //     in the packed output. Each example is a flat run of 16-element blocks;
 //     a thread owns one 16-byte vector (8 bf16 / f16, 4 f32), so a block is
@@ -33,14 +35,18 @@
 //     multipliers of the 128 possible scale bytes are a shared table. Walks x
 //     forwards (the amax kernels walk it backwards: each pass starts on what
 //     the previous one left in L2).
-//     Runs for f32 and with stochastic rounding (then one CTA per step of
-//     1024 vectors instead of a persistent wave; the SR index of a lane's
-//     vectors by a row / column cursor, one division per step).
+//     Runs for f32 (with stochastic rounding: CTAs of 4 steps of 1024
+//     vectors instead of a persistent wave; the SR index of a lane's vectors
+//     by a row / column cursor, one division per step).
 //   * RowHalfKernel (kernels/nvfp4_row_half_cuda.cuh): RowFastKernel's
 //     problems for bf16 / f16 without stochastic rounding (4-byte aligned
 //     output suffices), with the values kept packed: ~40% fewer instructions
 //     per vector, loads 2 steps ahead through a cp.async ring, 4 CTAs per
 //     SM.
+//   * RowHalfSrKernel (kernels/nvfp4_row_half_sr_cuda.cuh): the same
+//     problems with stochastic rounding: RowHalfKernel's loop and block key,
+//     one Threefry call per vector on the counter base / 8 + vector where the
+//     SR index is linear in the local one.
 //   * RowScalarKernel: rowwise only, every other shape: one thread per block,
 //     scalar loads, 8-byte stores of the packed codes where aligned, nibble
 //     stores (atomic) for a byte shared with a neighbouring block (odd L).
@@ -58,6 +64,7 @@
 #include "kernels/nvfp4_quantize_cuda.h"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
 #include "kernels/nvfp4_row_half_cuda.cuh"
+#include "kernels/nvfp4_row_half_sr_cuda.cuh"
 
 namespace eqx_quant::cuda {
 namespace {
@@ -371,18 +378,24 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
   p.lane_cols = int64_t{kThreads} * In::kVec % v.l;
   const unsigned grid_y =
       static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
-  // A lane's store of packed codes: 4 vectors of kVec / 2 bytes, aligned in
-  // every example (the examples are elements / 2 bytes apart).
-  const int64_t store_bytes = 2 * In::kVec;
-  const bool fast = v.l % kB == 0 && IsAligned(buf.x, 16) &&
-                    IsAligned(buf.row, 16) &&
-                    (v.batch == 1 || (p.elements / 2) % store_bytes == 0);
-  if constexpr (In::kVec == 8 && !kSr) {
+  // 16-bit inputs: RowHalfKernel / RowHalfSrKernel wherever RowFastKernel
+  // could run (and more), so RowFastKernel is instantiated for f32 only.
+  if constexpr (In::kVec == 8) {
     if (v.l % kB == 0 && IsAligned(buf.x, 16) && IsAligned(buf.row, 4)) {
-      return LaunchRowHalf<In>(buf, v.batch, p.elements, grid_y, stream);
+      if constexpr (kSr) {
+        // S[1:] == G[1:]: RowHalfSrKernel's linear SR index may apply.
+        const bool contiguous = std::equal(v.shape.begin() + 1, v.shape.end(),
+                                           pr.global_shape.begin() + 1);
+        return LaunchRowHalfSr<In>(buf, v.batch, p.elements, v.l, sr,
+                                   contiguous, grid_y, stream);
+      } else {
+        return LaunchRowHalf<In>(buf, v.batch, p.elements, grid_y, stream);
+      }
     }
-  }
-  if (fast) {
+  } else if (v.l % kB == 0 && IsAligned(buf.x, 16) && IsAligned(buf.row, 16) &&
+             // A lane's store of packed codes: 4 vectors of kVec / 2 bytes,
+             // aligned in every example (elements / 2 bytes apart).
+             (v.batch == 1 || (p.elements / 2) % (2 * In::kVec) == 0)) {
     static const int per_sm = ResidentBlocks(RowFastKernel<In, kSr>, kThreads,
                                              kRowFastMinBlocks<kSr>);
     const int64_t vectors = p.elements / In::kVec;

@@ -428,6 +428,34 @@ EQXQ_NVFP4_UNROLL
   return SignNibbles8(w, m);
 }
 
+// The code word of 8 NaN-free values y (nibble e: the stochastically
+// rounded code of y[e] with the random byte e % 4 of rbytes[e / 4]) whose
+// signs are those of the 8 values of w (y = v * enc with enc > 0): == the
+// nibbles of E2M1StochasticCode(y[e], byte). The magnitude codes are the top
+// bytes of the E2M1StochasticSum words; byte permutes gather the even
+// elements' into one word and the odd ones' into another, and one
+// multiply-add (IMAD, the FMA pipe) puts each pair side by side in a byte
+// (codes <= 7): 6 PRMT + 1 IMAD for the 8 magnitudes and SignNibbles8's 4
+// PRMT + 2 LOP3 for the signs, where E2M1StochasticCodes4 and PackNibbles8
+// spend about 21 on both (RowHalfSrKernel).
+EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticWord8(
+    const float (&y)[8], const uint32_t (&rbytes)[2], const uint32_t (&w)[4]) {
+  uint32_t top[8];  // code of y[e] in bits 24..31 (E2M1StochasticSum)
+EQXQ_NVFP4_UNROLL
+  for (int e = 0; e < 8; ++e) {
+    // Byte e % 4 of rbytes[e / 4] at bits 16..23, zeros elsewhere.
+    const uint32_t placed = BytePerm(rbytes[e / 4], 0u,
+                                     0x4044u | (static_cast<uint32_t>(e % 4) << 8));
+    top[e] = E2M1StochasticSum(y[e], placed);
+  }
+  // Top bytes of elements (0, 2 | 4, 6) and (1, 3 | 5, 7), in order.
+  const uint32_t even = BytePerm(BytePerm(top[0], top[2], 0x0073u),
+                                 BytePerm(top[4], top[6], 0x0073u), 0x5410u);
+  const uint32_t odd = BytePerm(BytePerm(top[1], top[3], 0x0073u),
+                                BytePerm(top[5], top[7], 0x0073u), 0x5410u);
+  return SignNibbles8(w, odd * (16u * OpaqueOne()) + even);
+}
+
 // ---------------------------------------------------------------------------
 // Block amax keys (common/nvfp4_format.h's AmaxKey: magnitude bits, NaN -> 0).
 

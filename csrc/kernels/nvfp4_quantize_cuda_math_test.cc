@@ -18,7 +18,9 @@
 //   * the packed 16-bit path (HalfMagnitudeMax, FoldHalves, CodeWord8 and
 //     CodeWord8Scaled from MulSatRn(|v|, enc / 8)) ==
 //     RawKey and FloatToE2M1 of the unpacked bf16 / f16 values, on 2M random
-//     words (zeros, subnormals, infinities, max finite; NaN detection);
+//     words (zeros, subnormals, infinities, max finite; NaN detection), and
+//     E2M1StochasticWord8 == FloatToE2M1Stochastic of fl(v * enc) with
+//     random bytes there;
 //   * E2M1StochasticCode(v, r) == FloatToE2M1Stochastic(v, r) for every
 //     97th bit pattern of v (every one with `full`) with the random byte r
 //     around the rounding threshold, 0, 255 and random, and around every
@@ -163,7 +165,9 @@ void CheckEncoders(Random& rng) {
 
 // RowHalfKernel's packed 16-bit path: the key from HalfMagnitudeMax /
 // FoldHalves == RawKey of the unpacked values (NaN: above the format's inf),
-// and CodeWord8 == the nibbles FloatToE2M1(fl(v * enc)), bf16 and f16.
+// and CodeWord8 == the nibbles FloatToE2M1(fl(v * enc)), bf16 and f16;
+// RowHalfSrKernel's E2M1StochasticWord8 == the nibbles of
+// FloatToE2M1Stochastic(fl(v * enc), byte) for random bytes.
 void CheckHalfWords(Random& rng) {
   int paired = 0;
   for (int it = 0; it < 2000000; ++it) {
@@ -208,6 +212,19 @@ void CheckHalfWords(Random& rng) {
     }
     Check(nv::CodeWord8(a, w) == want, "half code word", want,
           nv::CodeWord8(a, w), FloatToBits(enc));
+    // The stochastically rounded word (RowHalfSrKernel) from y = fl(v * enc).
+    const uint32_t rbytes[2] = {rng.Bits(), rng.Bits()};
+    float y[8];
+    uint32_t want_sr = 0;
+    for (int e = 0; e < 8; ++e) {
+      y[e] = v[e] * enc;
+      const uint32_t r = (rbytes[e / 4] >> (8 * (e % 4))) & 0xFFu;
+      want_sr |= static_cast<uint32_t>(
+                     eqx_quant::FloatToE2M1Stochastic(y[e], r)) << (4 * e);
+    }
+    Check(nv::E2M1StochasticWord8(y, rbytes, w) == want_sr,
+          "half stochastic word", want_sr, nv::E2M1StochasticWord8(y, rbytes, w),
+          FloatToBits(enc));
     // The paired form, where enc / 8 is exact (a normal number).
     const float enc8 = enc * 0.125f;
     if (nv::EighthIsExact(enc)) {

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/nvfp4_format.h"
 #include "kernels/cuda_sm_count.h"
@@ -148,18 +149,36 @@ __device__ __forceinline__ void RowHalfStep(
   }
 }
 
+// A lane's first vector, code word and scale byte in example `ex`.
+struct RowHalfLane {
+  const uint4* x;
+  uint32_t* out;
+  uint8_t* scale;
+};
+
+__device__ __forceinline__ RowHalfLane RowHalfLaneOf(const RowHalfParams& p,
+                                                     int64_t ex) {
+  const int64_t lane0 = ex * p.vectors + threadIdx.x;
+  return RowHalfLane{static_cast<const uint4*>(p.x) + lane0,
+                     reinterpret_cast<uint32_t*>(p.row) + lane0,
+                     p.row_scale + lane0 / 2};
+}
+
 // One example's steps of this CTA (x, out, scale: the example's vectors,
 // code words and scale bytes, at this lane's first one). The loads run
 // kRowHalfStages - 1 steps ahead of the math through the ring. The loop
 // control is 32-bit and branch-free except for two uniform branches: only
 // the example's last step can be partial (its vectors past the end are
 // zero-filled, their stores skipped), and only that step checks ranges.
-template <typename In, bool kScaled>
+// Each step's math is step(whole, raw, out, scale, even, valid, vector):
+// `whole` a std::bool_constant (every vector in range, else those of lane
+// index + u * kRowHalfThreads below `valid`), out and scale at the lane's
+// first vector of the step, `vector` its index in the example.
+template <typename Step>
 __device__ __forceinline__ void RowHalfExample(const RowHalfParams& p,
                                                uint4* ring, const uint4* x,
                                                uint32_t* out, uint8_t* scale,
-                                               const float* enc_table,
-                                               float factor) {
+                                               Step step) {
   constexpr int kStageVectors = kRowHalfUnroll * kRowHalfThreads;
   const int steps = CtaSteps(p.steps);
   const int whole = CtaSteps(p.whole_steps);
@@ -197,6 +216,7 @@ __device__ __forceinline__ void RowHalfExample(const RowHalfParams& p,
   for (int i = 0; i < kRowHalfStages - 1; ++i) issue(i);
   out += first;
   scale += first / 2;
+  int64_t vector = first + threadIdx.x;
   for (int i = 0; i < steps; ++i) {
     issue(i + kRowHalfStages - 1);
     AsyncWaitGroup<kRowHalfStages - 1>();  // step i has landed
@@ -205,14 +225,13 @@ __device__ __forceinline__ void RowHalfExample(const RowHalfParams& p,
 #pragma unroll
     for (int u = 0; u < kRowHalfUnroll; ++u) raw[u] = stage[u * kRowHalfThreads];
     if (i < whole) {
-      RowHalfStep<In, kScaled, true>(raw, enc_table, factor, out, scale, even,
-                                     kRowHalfStep);
+      step(std::true_type{}, raw, out, scale, even, kRowHalfStep, vector);
     } else {
-      RowHalfStep<In, kScaled, false>(raw, enc_table, factor, out, scale, even,
-                                      tail_valid);
+      step(std::false_type{}, raw, out, scale, even, tail_valid, vector);
     }
     out += stride;
     scale += stride / 2;
+    vector += stride;
   }
   AsyncWaitGroup<0>();  // the empty tail groups, before the ring is reused
 }
@@ -233,10 +252,7 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
   __shared__ float enc_table[128];
   WaitForPrerequisiteGrids();  // the amax kernel (programmatic launch)
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
-    const int64_t lane0 = ex * p.vectors + threadIdx.x;
-    const uint4* x = static_cast<const uint4*>(p.x) + lane0;
-    uint32_t* out = reinterpret_cast<uint32_t*>(p.row) + lane0;
-    uint8_t* scale = p.row_scale + lane0 / 2;
+    const RowHalfLane lane = RowHalfLaneOf(p, ex);
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
     // enc / 8 is exact for every scale byte unless the smallest multiplier
     // (scale byte 0x7E, 448) is below 2^-123: a global amax above 6 x 2^123.
@@ -248,12 +264,78 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
       enc_table[threadIdx.x] = scaled ? MulRn(enc, 0.125f) : enc;
     }
     __syncthreads();
+    const float factor = ts.factor;
+    auto run = [&](auto scaled_tag) {  // std::bool_constant of `scaled`
+      RowHalfExample(p, ring, lane.x, lane.out, lane.scale,
+                     [&](auto whole, const uint4 (&raw)[kRowHalfUnroll],
+                         uint32_t* o, uint8_t* s, bool even, int valid,
+                         int64_t) {
+                       RowHalfStep<In, decltype(scaled_tag)::value,
+                                   decltype(whole)::value>(
+                           raw, enc_table, factor, o, s, even, valid);
+                     });
+    };
     if (scaled) {
-      RowHalfExample<In, true>(p, ring, x, out, scale, enc_table, ts.factor);
+      run(std::true_type{});
     } else {
-      RowHalfExample<In, false>(p, ring, x, out, scale, enc_table, ts.factor);
+      run(std::false_type{});
     }
   }
+}
+
+// The step counts of `batch` examples of `elements` (a multiple of 16)
+// 16-bit values each, into `p` (its buffers from `buf`).
+inline Nvfp4LaunchStatus MakeRowHalfParams(const Nvfp4QuantizeBuffers& buf,
+                                           int64_t batch, int64_t elements,
+                                           RowHalfParams& p) {
+  const int64_t vectors = elements / 8;
+  const int64_t steps = CeilDiv(vectors, int64_t{kRowHalfStep});
+  // Step indices are 32-bit: 2^31 steps would be 2^46 bytes of x.
+  if (steps > 0x7FFFFFFF) {
+    return Nvfp4LaunchStatus{false, 0, "the 16-bit row kernels: x too large"};
+  }
+  p = RowHalfParams{buf.x,
+                    buf.amax,
+                    buf.row,
+                    buf.row_scale,
+                    batch,
+                    vectors,
+                    static_cast<int>(steps),
+                    static_cast<int>(vectors / kRowHalfStep)};
+  return Nvfp4LaunchStatus{};
+}
+
+// The x size of a grid whose CTAs run at most `steps_per_cta` of `steps`
+// (0: no limit, one wave) where `per_sm` of its CTAs fit on an SM and grid_y
+// CTAs share each x position.
+inline int64_t RowHalfGridX(int64_t steps, int per_sm, int steps_per_cta,
+                            unsigned grid_y) {
+  const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
+  if (steps_per_cta == 0) return std::min(steps, room);
+  // Fewer steps per CTA where the limit would leave resident slots empty
+  // (a small input still fills one wave).
+  const int64_t per_cta = std::clamp<int64_t>(CeilDiv(steps, room), 1,
+                                              steps_per_cta);
+  return CeilDiv(steps, per_cta);
+}
+
+// Allows `kernel` its ring and launches it on a grid_x x grid_y grid (`what`:
+// the kernel's name in the errors).
+template <typename Kernel, typename Params>
+Nvfp4LaunchStatus LaunchRowHalfGrid(Kernel kernel, const Params& p,
+                                    int64_t grid_x, unsigned grid_y,
+                                    const char* allow_what,
+                                    const char* launch_what,
+                                    cudaStream_t stream) {
+  // On every launch: the attribute is per device.
+  const cudaError_t allowed =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kRowHalfRingBytes));
+  if (allowed != cudaSuccess) {
+    return Nvfp4LaunchStatus{false, static_cast<int>(allowed), allow_what};
+  }
+  return LaunchPdl(kernel, dim3(GridSize(grid_x), grid_y), stream, p,
+                   launch_what, kRowHalfRingBytes);
 }
 
 // Launches RowHalfKernel over `batch` examples of `elements` (a multiple of
@@ -262,35 +344,16 @@ template <typename In>
 Nvfp4LaunchStatus LaunchRowHalf(const Nvfp4QuantizeBuffers& buf,
                                 int64_t batch, int64_t elements,
                                 unsigned grid_y, cudaStream_t stream) {
-  const int64_t vectors = elements / In::kVec;
-  const int64_t steps = CeilDiv(vectors, int64_t{kRowHalfStep});
-  // Step indices are 32-bit: 2^31 steps would be 2^46 bytes of x.
-  if (steps > 0x7FFFFFFF) {
-    return Nvfp4LaunchStatus{false, 0, "RowHalfKernel: x too large"};
-  }
-  const RowHalfParams p{buf.x,
-                        buf.amax,
-                        buf.row,
-                        buf.row_scale,
-                        batch,
-                        vectors,
-                        static_cast<int>(steps),
-                        static_cast<int>(vectors / kRowHalfStep)};
-  // On every launch: the attribute is per device.
-  const cudaError_t allowed = cudaFuncSetAttribute(
-      RowHalfKernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(kRowHalfRingBytes));
-  if (allowed != cudaSuccess) {
-    return Nvfp4LaunchStatus{false, static_cast<int>(allowed),
-                             "allowing RowHalfKernel its shared memory"};
-  }
+  RowHalfParams p{};
+  const Nvfp4LaunchStatus made = MakeRowHalfParams(buf, batch, elements, p);
+  if (!made.ok) return made;
   static const int per_sm = ResidentBlocks(
       RowHalfKernel<In>, kRowHalfThreads, kRowHalfBlocksPerSm,
       kRowHalfRingBytes);
-  const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
-  return LaunchPdl(RowHalfKernel<In>,
-                   dim3(GridSize(std::min(steps, room)), grid_y), stream, p,
-                   "launching RowHalfKernel", kRowHalfRingBytes);
+  return LaunchRowHalfGrid(RowHalfKernel<In>, p,
+                           RowHalfGridX(p.steps, per_sm, 0, grid_y), grid_y,
+                           "allowing RowHalfKernel its shared memory",
+                           "launching RowHalfKernel", stream);
 }
 
 }  // namespace eqx_quant::cuda::nvfp4
