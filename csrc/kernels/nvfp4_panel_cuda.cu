@@ -78,18 +78,44 @@ struct PanelParams {
   SrLayout sr;
 };
 
-// The codes of one lane's kVec elements of a row, packed (element 0 in the
-// low nibble), to row[index / 2] (index % kVec == 0).
+// The packed codes of one lane's kVec elements of a row, `packed` (kVec
+// nibbles, element 0 in the low one), to row[index / 2] (index % kVec == 0).
 template <int kVec>
 __device__ __forceinline__ void StoreRowCodes(uint8_t* row, int64_t index,
-                                              const uint32_t (&q)[kVec / 4]) {
+                                              uint32_t packed) {
   if constexpr (kVec == 8) {
-    __stcs(reinterpret_cast<unsigned int*>(row + index / 2),
-           PackNibbles8(q[0], q[1]));
+    __stcs(reinterpret_cast<unsigned int*>(row + index / 2), packed);
   } else {
     __stcs(reinterpret_cast<unsigned short*>(row + index / 2),
-           static_cast<unsigned short>(PackNibbles4(q[0])));
+           static_cast<unsigned short>(packed));
   }
+}
+
+// The kVec codes of one word per byte (q) packed into nibbles.
+template <int kVec>
+__device__ __forceinline__ uint32_t PackRowCodes(const uint32_t (&q)[kVec / 4]) {
+  if constexpr (kVec == 8) {
+    return PackNibbles8(q[0], q[1]);
+  } else {
+    return PackNibbles4(q[0]);
+  }
+}
+
+// The 16 stochastically rounded codes of a NaN-free colwise block, packed
+// (element 0 in the low nibble of word 0): y = v * enc, the signs of y.
+__device__ __forceinline__ uint2 ColSrCodes(const float (&v)[kB], float enc,
+                                            const uint32_t (&rbytes)[4]) {
+  float y0[8];
+  float y1[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    y0[e] = MulRn(v[e], enc);
+    y1[e] = MulRn(v[8 + e], enc);
+  }
+  const uint32_t r0[2] = {rbytes[0], rbytes[1]};
+  const uint32_t r1[2] = {rbytes[2], rbytes[3]};
+  return make_uint2(E2M1StochasticWord8Signed(y0, r0),
+                    E2M1StochasticWord8Signed(y1, r1));
 }
 
 // A panel in shared memory: [warp][row i][lane][16 bytes] (a warp's copies of
@@ -193,33 +219,46 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
         }
         const uint32_t raw = RawKey<kB>(v);
         const bool has_nan = raw > kF32Inf;
-        const uint32_t key = has_nan ? NanFreeKey<kB>(v) : raw;
+        // A block with a NaN is rare: the NaN-free key (and SR's NaN-aware
+        // encode) only in a warp that has one, behind a uniform branch.
+        const bool warp_nan = __any_sync(0xFFFFFFFFu, has_nan);
+        uint32_t key = raw;
+        if (warp_nan) key = has_nan ? NanFreeKey<kB>(v) : raw;
         const uint32_t sdb =
             E4M3Byte(MulRn(__uint_as_float(key), col_t.factor));
         const float enc = enc_table[1][sdb & 127u];
-        uint32_t q[4];
+        uint2 codes;  // the block's 16 codes, packed
         if constexpr (kSr) {
           // The block's colwise indices: its column's terms, then the K
           // coordinates k0 .. k0 + 15 (stride 1 in the T layout).
-          EncodeSrRun<kB>(
-              v, enc, key0, key1, kColwiseStream,
+          uint32_t rbytes[4];
+          SrRunBytes<kB>(
+              key0, key1, kColwiseStream,
               sr_col_base +
                   SrTerm<true>(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub),
-              static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)),
-              has_nan, q);
-        } else if (has_nan) {
-          EncodeExact<kB>(v, enc, q);
+              static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)), rbytes);
+          if (warp_nan) {
+            uint32_t q[4];
+            EncodeSrBytes<kB>(v, enc, rbytes, has_nan, q);
+            codes = make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
+          } else {
+            codes = ColSrCodes(v, enc, rbytes);
+          }
         } else {
-          EncodeFast<kB>(v, enc, q);
+          uint32_t q[4];
+          if (has_nan) {
+            EncodeExact<kB>(v, enc, q);
+          } else {
+            EncodeFast<kB>(v, enc, q);
+          }
+          codes = make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
         }
         if (live) {
           // Column c * L + l of W is T-layout line (ex * C + c) * L + l.
           const int64_t line = ex * p.width + col0 + jw * kPerWord + sub;
           // Whole and 8-byte aligned (PanelsApply): one streaming store.
           const int64_t index = line * p.ak + panel * kB;
-          __stcs(reinterpret_cast<uint2*>(p.col + index / 2),
-                 make_uint2(PackNibbles8(q[0], q[1]),
-                            PackNibbles8(q[2], q[3])));
+          __stcs(reinterpret_cast<uint2*>(p.col + index / 2), codes);
           p.col_scale[line * (p.ak / kB) + panel] = static_cast<uint8_t>(sdb);
         }
       }
@@ -252,21 +291,41 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
         const uint32_t sdb =
             E4M3Byte(MulRn(__uint_as_float(key), row_t.factor));
         const float enc = enc_table[0][sdb & 127u];
-        uint32_t q[kVec / 4];
+        uint32_t packed;  // this lane's kVec codes
         if constexpr (kSr) {
-          EncodeSrRun<kVec>(
-              v, enc, key0, key1, kRowwiseStream,
-              sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
-              static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)),
-              raw > kF32Inf, q);
-        } else if (raw > kF32Inf) {  // this lane's elements hold the NaN
-          EncodeExact<kVec>(v, enc, q);
+          uint32_t rbytes[kVec / 4];
+          SrRunBytes<kVec>(key0, key1, kRowwiseStream,
+                           sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
+                           static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)),
+                           rbytes);
+          if constexpr (kVec == 8) {
+            if (!__any_sync(0xFFFFFFFFu, raw > kF32Inf)) {  // the usual case
+              float y[8];
+#pragma unroll
+              for (int e = 0; e < 8; ++e) y[e] = MulRn(v[e], enc);
+              packed = E2M1StochasticWord8(y, rbytes, w);
+            } else {
+              uint32_t q[2];
+              EncodeSrBytes<8>(v, enc, rbytes, raw > kF32Inf, q);
+              packed = PackNibbles8(q[0], q[1]);
+            }
+          } else {
+            uint32_t q[1];
+            EncodeSrBytes<4>(v, enc, rbytes, raw > kF32Inf, q);
+            packed = PackNibbles4(q[0]);
+          }
         } else {
-          EncodeFast<kVec>(v, enc, q);
+          uint32_t q[kVec / 4];
+          if (raw > kF32Inf) {  // this lane's elements hold the NaN
+            EncodeExact<kVec>(v, enc, q);
+          } else {
+            EncodeFast<kVec>(v, enc, q);
+          }
+          packed = PackRowCodes<kVec>(q);
         }
         if (live) {
           const int64_t index = first + i * p.width;
-          StoreRowCodes<kVec>(p.row, index, q);
+          StoreRowCodes<kVec>(p.row, index, packed);
           if (lane % kLanesPerBlock == 0) {
             p.row_scale[index / kB] = static_cast<uint8_t>(sdb);
           }

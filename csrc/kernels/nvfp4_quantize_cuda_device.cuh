@@ -157,17 +157,13 @@ __device__ __forceinline__ void EncodeSrBytes(const float (&v)[N], float enc,
   }
 }
 
-// Stochastically rounded codes of N values times `enc`; element e has the
-// index index_of(e) (any indices: one Threefry call per element, the byte of
-// its octet selected by the index). `may_have_nan`: whether a value may be
-// NaN (E2M1StochasticCodes4).
+// The random bytes of N elements (a multiple of 4), byte e % 4 of
+// rbytes[e / 4] for element e of index index_of(e) (any indices: one
+// Threefry call per element, the byte of its octet selected by the index).
 template <int N, typename IndexOf>
-__device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
-                                         uint32_t key0, uint32_t key1,
-                                         uint32_t stream, IndexOf index_of,
-                                         bool may_have_nan,
-                                         uint32_t (&q)[N / 4]) {
-  uint32_t rbytes[N / 4];
+__device__ __forceinline__ void SrBytes(uint32_t key0, uint32_t key1,
+                                        uint32_t stream, IndexOf index_of,
+                                        uint32_t (&rbytes)[N / 4]) {
 #pragma unroll
   for (int w = 0; w < N / 4; ++w) {
     rbytes[w] = 0;
@@ -178,26 +174,25 @@ __device__ __forceinline__ void EncodeSr(const float (&v)[N], float enc,
                    << (8 * e);
     }
   }
-  EncodeSrBytes<N>(v, enc, rbytes, may_have_nan, q);
 }
 
-// Stochastically rounded codes of N values times `enc` with consecutive
-// indices: element e has the index row + uint32(last + e) (`last`: the term
-// of element 0 in a dim of stride 1, the uint32 wrap of s + offset as in
-// SrTerm: the last dim of x rowwise, the K dim colwise). The indices are
-// consecutive unless that term wraps inside the run: then, and when the low
-// word of the octet counter wraps inside the run, one Threefry call per
-// element (EncodeSr). Otherwise one call per octet the run touches, on
-// counters (lo + o, hi) in 32-bit arithmetic: N / 8 calls (1 for N = 4) for
-// a run that starts an octet (the usual layouts: last dims and K multiples
-// of 8), one more where the run reaches into a further octet. The run's
-// bytes are then the words' bytes from byte first % 8 on (funnel shifts).
+// The random bytes of a run of N elements (a multiple of 4) with consecutive
+// indices, byte e % 4 of rbytes[e / 4] for element e: element e has the
+// index row + uint32(last + e) (`last`: the term of element 0 in a dim of
+// stride 1, the uint32 wrap of s + offset as in SrTerm: the last dim of x
+// rowwise, the K dim colwise). The indices are consecutive unless that term
+// wraps inside the run: then, and when the low word of the octet counter
+// wraps inside the run, one Threefry call per element (SrBytes). Otherwise
+// one call per octet the run touches, on counters (lo + o, hi) in 32-bit
+// arithmetic: N / 8 calls (1 for N = 4) for a run that starts an octet (the
+// usual layouts: last dims and K multiples of 8), one more where the run
+// reaches into a further octet. The run's bytes are then the words' bytes
+// from byte first % 8 on (funnel shifts).
 template <int N>
-__device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
-                                            uint32_t key0, uint32_t key1,
-                                            uint32_t stream, uint64_t row,
-                                            uint32_t last, bool may_have_nan,
-                                            uint32_t (&q)[N / 4]) {
+__device__ __forceinline__ void SrRunBytes(uint32_t key0, uint32_t key1,
+                                           uint32_t stream, uint64_t row,
+                                           uint32_t last,
+                                           uint32_t (&rbytes)[N / 4]) {
   static_assert(N % 4 == 0, "whole code words");
   constexpr int kOctets = (N + 7) / 8;  // touched by a run from an octet start
   const uint64_t first = row + last;
@@ -205,10 +200,9 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
   const uint32_t lo = static_cast<uint32_t>(octet);
   const uint32_t hi = StochasticRoundingCounterHigh(octet, stream);
   if (last > 0xFFFFFFFFu - (N - 1) || lo > 0xFFFFFFFFu - kOctets) {
-    EncodeSr<N>(
-        v, enc, key0, key1, stream,
-        [&](int e) { return row + static_cast<uint32_t>(last + e); },
-        may_have_nan, q);
+    SrBytes<N>(
+        key0, key1, stream,
+        [&](int e) { return row + static_cast<uint32_t>(last + e); }, rbytes);
     return;
   }
   const uint32_t skip = static_cast<uint32_t>(first & 7u);
@@ -223,7 +217,6 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
     Threefry2x32(key0, key1, lo + kOctets, hi, words[2 * kOctets],
                  words[2 * kOctets + 1]);
   }
-  uint32_t rbytes[N / 4];
   const bool second = (skip & 4u) != 0;  // the run starts in word 1
   const uint32_t shift = 8u * (skip & 3u);
 #pragma unroll
@@ -232,6 +225,19 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
     const uint32_t high = second ? words[w + 2] : words[w + 1];
     rbytes[w] = __funnelshift_r(low, high, shift);
   }
+}
+
+// Stochastically rounded codes of N values times `enc` with consecutive
+// indices, element e at row + uint32(last + e) (SrRunBytes).
+// `may_have_nan`: whether a value may be NaN (E2M1StochasticCodes4).
+template <int N>
+__device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
+                                            uint32_t key0, uint32_t key1,
+                                            uint32_t stream, uint64_t row,
+                                            uint32_t last, bool may_have_nan,
+                                            uint32_t (&q)[N / 4]) {
+  uint32_t rbytes[N / 4];
+  SrRunBytes<N>(key0, key1, stream, row, last, rbytes);
   EncodeSrBytes<N>(v, enc, rbytes, may_have_nan, q);
 }
 

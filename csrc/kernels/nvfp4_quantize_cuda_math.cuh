@@ -428,18 +428,16 @@ EQXQ_NVFP4_UNROLL
   return SignNibbles8(w, m);
 }
 
-// The code word of 8 NaN-free values y (nibble e: the stochastically
-// rounded code of y[e] with the random byte e % 4 of rbytes[e / 4]) whose
-// signs are those of the 8 values of w (y = v * enc with enc > 0): == the
-// nibbles of E2M1StochasticCode(y[e], byte). The magnitude codes are the top
-// bytes of the E2M1StochasticSum words; byte permutes gather the even
-// elements' into one word and the odd ones' into another, and one
-// multiply-add (IMAD, the FMA pipe) puts each pair side by side in a byte
-// (codes <= 7): 6 PRMT + 1 IMAD for the 8 magnitudes and SignNibbles8's 4
-// PRMT + 2 LOP3 for the signs, where E2M1StochasticCodes4 and PackNibbles8
-// spend about 21 on both (RowHalfSrKernel).
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticWord8(
-    const float (&y)[8], const uint32_t (&rbytes)[2], const uint32_t (&w)[4]) {
+// The magnitude nibbles of 8 values y (nibble e: the stochastically rounded
+// magnitude code of y[e] with the random byte e % 4 of rbytes[e / 4]; a NaN
+// gives 7): == the low 3 bits of E2M1StochasticCode(y[e], byte) in nibble
+// e. The codes are the top bytes of the E2M1StochasticSum words; byte
+// permutes gather the even elements' into one word and the odd ones' into
+// another, and one multiply-add (IMAD, the FMA pipe) puts each pair side by
+// side in a byte (codes <= 7): 6 PRMT + 1 IMAD for the 8, where
+// E2M1StochasticCodes4 and PackNibbles8 spend about 11.
+EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticMagnitudes8(
+    const float (&y)[8], const uint32_t (&rbytes)[2]) {
   uint32_t top[8];  // code of y[e] in bits 24..31 (E2M1StochasticSum)
 EQXQ_NVFP4_UNROLL
   for (int e = 0; e < 8; ++e) {
@@ -453,7 +451,35 @@ EQXQ_NVFP4_UNROLL
                                  BytePerm(top[4], top[6], 0x0073u), 0x5410u);
   const uint32_t odd = BytePerm(BytePerm(top[1], top[3], 0x0073u),
                                 BytePerm(top[5], top[7], 0x0073u), 0x5410u);
-  return SignNibbles8(w, odd * (16u * OpaqueOne()) + even);
+  return odd * (16u * OpaqueOne()) + even;
+}
+
+// The code word of 8 NaN-free values y (nibble e: the stochastically
+// rounded code of y[e] with the random byte e % 4 of rbytes[e / 4]) whose
+// signs are those of the 8 values of w (y = v * enc with enc > 0): == the
+// nibbles of E2M1StochasticCode(y[e], byte). The signs by SignNibbles8 (4
+// PRMT + 2 LOP3; E2M1StochasticCodes4 spends about 10 on them)
+// (RowHalfSrKernel, the panel kernel's rowwise part).
+EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticWord8(
+    const float (&y)[8], const uint32_t (&rbytes)[2], const uint32_t (&w)[4]) {
+  return SignNibbles8(w, E2M1StochasticMagnitudes8(y, rbytes));
+}
+
+// The same with the signs of y itself (values computed in f32, e.g. the
+// RHT's outputs): their top bytes gathered like the magnitudes', the even
+// elements' sign bits shifted to bit 3 of each byte (6 PRMT, 1 shift, 2
+// LOP3) (the panel kernel's colwise part).
+EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticWord8Signed(
+    const float (&y)[8], const uint32_t (&rbytes)[2]) {
+  auto tops = [&y](int e0) {  // top bytes of y[e0], y[e0 + 2], y[e0 + 4], y[e0 + 6]
+    return BytePerm(BytePerm(FloatToBits(y[e0]), FloatToBits(y[e0 + 2]), 0x0073u),
+                    BytePerm(FloatToBits(y[e0 + 4]), FloatToBits(y[e0 + 6]),
+                             0x0073u),
+                    0x5410u);
+  };
+  return (E2M1StochasticMagnitudes8(y, rbytes) |
+          ((tops(0) >> 4) & 0x08080808u)) |
+         (tops(1) & 0x80808080u);
 }
 
 // ---------------------------------------------------------------------------

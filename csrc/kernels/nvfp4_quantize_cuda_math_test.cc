@@ -19,8 +19,8 @@
 //     CodeWord8Scaled from MulSatRn(|v|, enc / 8)) ==
 //     RawKey and FloatToE2M1 of the unpacked bf16 / f16 values, on 2M random
 //     words (zeros, subnormals, infinities, max finite; NaN detection), and
-//     E2M1StochasticWord8 == FloatToE2M1Stochastic of fl(v * enc) with
-//     random bytes there;
+//     E2M1StochasticWord8 and E2M1StochasticWord8Signed ==
+//     FloatToE2M1Stochastic of fl(v * enc) with random bytes there;
 //   * E2M1StochasticCode(v, r) == FloatToE2M1Stochastic(v, r) for every
 //     97th bit pattern of v (every one with `full`) with the random byte r
 //     around the rounding threshold, 0, 255 and random, and around every
@@ -225,6 +225,9 @@ void CheckHalfWords(Random& rng) {
     Check(nv::E2M1StochasticWord8(y, rbytes, w) == want_sr,
           "half stochastic word", want_sr, nv::E2M1StochasticWord8(y, rbytes, w),
           FloatToBits(enc));
+    Check(nv::E2M1StochasticWord8Signed(y, rbytes) == want_sr,
+          "signed stochastic word", want_sr,
+          nv::E2M1StochasticWord8Signed(y, rbytes), FloatToBits(enc));
     // The paired form, where enc / 8 is exact (a normal number).
     const float enc8 = enc * 0.125f;
     if (nv::EighthIsExact(enc)) {
