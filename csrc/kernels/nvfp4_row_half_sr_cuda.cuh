@@ -73,7 +73,10 @@ __device__ __forceinline__ RowSrIndex MakeRowSrIndex(const RowHalfSrParams& p) {
               0xFFFFFFFFu;
     base += uint64_t{offset} * s.stride[d];
   }
-  linear &= (base & 7u) == 0;
+  // base + e does not wrap past 2^64 for any e of an example (the index is
+  // mod 2^64, the octet counter of the linear path is not).
+  const uint64_t elements = static_cast<uint64_t>(p.half.vectors) * 8;
+  linear &= (base & 7u) == 0 && base <= ~uint64_t{0} - (elements - 1);
   return RowSrIndex{linear, base >> 3, offset};
 }
 
