@@ -42,7 +42,7 @@ EQXQ_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1, int r0,
 // sub-partition's integer throughput, docs/performance.md). Here: the key
 // injections x = x * one + k, which as plain adds ptxas fused into the next
 // round's add as 3-input IADD3s (45 instead of 40 ALU instructions per
-// call); also E2M1StochasticSum (kernels/nvfp4_quantize_cuda_math.cuh). The
+// call); also E2M1StochasticSum (kernels/nvfp4_stochastic_cuda_math.cuh). The
 // same bits.
 EQXQ_HOST_DEVICE inline uint32_t OpaqueOne() {
 #if defined(__CUDA_ARCH__)

@@ -300,10 +300,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
                            rbytes);
           if constexpr (kVec == 8) {
             if (!__any_sync(0xFFFFFFFFu, raw > kF32Inf)) {  // the usual case
-              float y[8];
-#pragma unroll
-              for (int e = 0; e < 8; ++e) y[e] = MulRn(v[e], enc);
-              packed = E2M1StochasticWord8(y, rbytes, w);
+              packed = EncodeSrWord8(v, enc, rbytes, w);
             } else {
               uint32_t q[2];
               EncodeSrBytes<8>(v, enc, rbytes, raw > kF32Inf, q);

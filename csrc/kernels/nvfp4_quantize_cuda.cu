@@ -20,24 +20,22 @@
 // Kernels (256 threads, nothing allocated; launched with programmatic
 // dependent launch after the amax kernel, whose completion they wait for
 // before reading the amax):
-//   * RowFastKernel (f32; written for any vector width, the 16-bit inputs
-//     take RowHalfKernel / RowHalfSrKernel): rowwise only (no colwise part,
-//     no 2D), L % 16 == 0,
-//     16-byte aligned buffers and 16-byte (8-byte for f32) aligned examples
-//     in the packed output. Each example is a flat run of 16-element blocks;
-//     a thread owns one 16-byte vector (8 bf16 / f16, 4 f32), so a block is
-//     2 (or 4) adjacent lanes and its amax a shuffle. 4 vectors per thread
-//     (lane-contiguous 16-byte loads), loaded one step ahead so that they are
-//     in flight during the previous step's math; the packed codes of a vector
-//     (4 or 2 bytes) are exchanged in groups of 4 lanes (3 shuffles) so that
-//     each lane stores 4 consecutive vectors, 16 (8) contiguous bytes (a warp
-//     store covers 512 (256) contiguous bytes; streaming). The encode
-//     multipliers of the 128 possible scale bytes are a shared table. Walks x
-//     forwards (the amax kernels walk it backwards: each pass starts on what
-//     the previous one left in L2).
-//     Runs for f32 (with stochastic rounding: CTAs of 4 steps of 1024
-//     vectors instead of a persistent wave; the SR index of a lane's vectors
-//     by a row / column cursor, one division per step).
+//   * RowFastKernel (f32; the 16-bit inputs take RowHalfKernel /
+//     RowHalfSrKernel): rowwise only (no colwise part, no 2D), L % 16 == 0,
+//     16-byte aligned buffers and 8-byte aligned examples in the packed
+//     output. Each example is a flat run of 16-element blocks; a thread owns
+//     one 16-byte vector (4 values), so a block is 4 adjacent lanes and its
+//     amax a shuffle. 4 vectors per thread (lane-contiguous 16-byte loads),
+//     loaded one step ahead so that they are in flight during the previous
+//     step's math; the packed codes of a vector (2 bytes) are exchanged in
+//     groups of 4 lanes (3 shuffles) so that each lane stores 4 consecutive
+//     vectors, 8 contiguous bytes (a warp store covers 256 contiguous bytes;
+//     streaming). The encode multipliers of the 128 possible scale bytes are
+//     a shared table. Walks x forwards (the amax kernels walk it backwards:
+//     each pass starts on what the previous one left in L2). With
+//     stochastic rounding: CTAs of 4 steps of 1024 vectors instead of a
+//     persistent wave; the SR index of a lane's vectors by a row / column
+//     cursor, one division per step.
 //   * RowHalfKernel (kernels/nvfp4_row_half_cuda.cuh): RowFastKernel's
 //     problems for bf16 / f16 without stochastic rounding (4-byte aligned
 //     output suffices), with the values kept packed: ~40% fewer instructions
@@ -130,8 +128,8 @@ __device__ __forceinline__ void RotateBy(uint32_t (&v)[4], int r) {
   v[3] = r & 2 ? a1 : a3;
 }
 
-// The packed codes of a lane's kRowUnroll (4) vectors, piece[u] (kVec / 2
-// bytes, low bits) for vector base + threadIdx.x + u * kThreads, exchanged in
+// The packed codes of a lane's kRowUnroll (4) vectors, piece[u] (2 bytes,
+// low bits) for vector base + threadIdx.x + u * kThreads, exchanged in
 // groups of 4 lanes: lane r of a group gets the 4 consecutive vectors of the
 // group's step u = r, out[s] = lane s's piece[r] (a 4 x 4 transpose: 3
 // shuffles, lane r sends piece[(r - i) & 3] to lane (r - i) & 3 at step i).
@@ -166,7 +164,8 @@ __global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
     RowFastKernel(const __grid_constant__ RowParams p) {
   using Storage = typename In::Storage;
   constexpr int kVec = In::kVec;        // elements per thread vector
-  constexpr int kGroup = kB / kVec;     // lanes per block: 2 or 4
+  constexpr int kGroup = kB / kVec;     // lanes per block
+  static_assert(kVec == 4, "f32; 16-bit inputs take the RowHalf kernels");
   static_assert(kRowUnroll == 4, "GatherPieces exchanges 4 vectors");
   __shared__ float enc_table[128];
   const int lane = threadIdx.x % 32;
@@ -175,12 +174,7 @@ __global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
 
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
-    __syncthreads();  // the previous example's readers are done
-    if (threadIdx.x < 128) {
-      enc_table[threadIdx.x] =
-          Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
-    }
-    __syncthreads();
+    FillEncodeTable(enc_table, ts);
     const uint32_t key0 = kSr ? p.key[2 * ex] : 0u;
     const uint32_t key1 = kSr ? p.key[2 * ex + 1] : 0u;
     // SR: the index offsets of the last dim and (rank 2) of the row, loaded
@@ -255,44 +249,28 @@ __global__ void __launch_bounds__(kThreads, kRowFastMinBlocks<kSr>)
         } else {
           EncodeFast<kVec>(v, enc, q);
         }
-        if constexpr (kVec == 8) {
-          piece[u] = PackNibbles8(q[0], q[1]);
-        } else {
-          piece[u] = PackNibbles4(q[0]);
-        }
+        piece[u] = PackNibbles4(q[0]);
         if (j < vectors && lane % kGroup == 0) {
           scale[j / kGroup] = static_cast<uint8_t>(sdb);
         }
       }
       // Lane r of each 4-lane group stores the group's 4 vectors of step
-      // u = r: 16 (bf16 / f16) or 8 (f32) contiguous bytes, streaming (the
-      // codes are not read again here, x is).
+      // u = r: 8 contiguous bytes, streaming (the codes are not read again
+      // here, x is).
       uint32_t mine[4];
       GatherPieces(piece, mine);
       const int64_t j0 = base + (threadIdx.x & ~3) + (lane & 3) * kThreads;
       const int64_t valid = min(int64_t{4}, vectors - j0);
       uint8_t* dst = out + j0 * (kVec / 2);
-      if constexpr (kVec == 8) {
-        if (valid == 4) {
-          __stcs(reinterpret_cast<uint4*>(dst),
-                 make_uint4(mine[0], mine[1], mine[2], mine[3]));
-        } else {
-#pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            if (s < valid) __stcs(reinterpret_cast<unsigned int*>(dst) + s, mine[s]);
-          }
-        }
+      const uint32_t lo = mine[0] | (mine[1] << 16);
+      const uint32_t hi = mine[2] | (mine[3] << 16);
+      if (valid == 4) {
+        __stcs(reinterpret_cast<uint2*>(dst), make_uint2(lo, hi));
       } else {
-        const uint32_t lo = mine[0] | (mine[1] << 16);
-        const uint32_t hi = mine[2] | (mine[3] << 16);
-        if (valid == 4) {
-          __stcs(reinterpret_cast<uint2*>(dst), make_uint2(lo, hi));
-        } else {
 #pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            if (s < valid) {
-              reinterpret_cast<uint16_t*>(dst)[s] = static_cast<uint16_t>(mine[s]);
-            }
+        for (int s = 0; s < 4; ++s) {
+          if (s < valid) {
+            reinterpret_cast<uint16_t*>(dst)[s] = static_cast<uint16_t>(mine[s]);
           }
         }
       }
@@ -308,12 +286,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<kSr>)
   WaitForPrerequisiteGrids();  // the amax kernel (programmatic launch)
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
-    __syncthreads();  // the previous example's readers are done
-    if (threadIdx.x < 128) {
-      enc_table[threadIdx.x] =
-          Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
-    }
-    __syncthreads();
+    FillEncodeTable(enc_table, ts);
     const uint32_t key0 = kSr ? p.key[2 * ex] : 0u;
     const uint32_t key1 = kSr ? p.key[2 * ex + 1] : 0u;
     const Storage* x = static_cast<const Storage*>(p.x) + ex * p.elements;
@@ -379,14 +352,14 @@ Nvfp4LaunchStatus LaunchRows(const Nvfp4QuantizeProblem& pr,
   const unsigned grid_y =
       static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
   // 16-bit inputs: RowHalfKernel / RowHalfSrKernel wherever RowFastKernel
-  // could run (and more), so RowFastKernel is instantiated for f32 only.
+  // could run (and more); RowFastKernel is f32 only.
   if constexpr (In::kVec == 8) {
     if (v.l % kB == 0 && IsAligned(buf.x, 16) && IsAligned(buf.row, 4)) {
       if constexpr (kSr) {
         // S[1:] == G[1:]: RowHalfSrKernel's linear SR index may apply.
         const bool contiguous = std::equal(v.shape.begin() + 1, v.shape.end(),
                                            pr.global_shape.begin() + 1);
-        return LaunchRowHalfSr<In>(buf, v.batch, p.elements, v.l, sr,
+        return LaunchRowHalfSr<In>(buf, v.batch, p.elements, sr,
                                    contiguous, grid_y, stream);
       } else {
         return LaunchRowHalf<In>(buf, v.batch, p.elements, grid_y, stream);

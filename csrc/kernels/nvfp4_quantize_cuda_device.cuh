@@ -1,8 +1,8 @@
 // Device helpers of the NVFP4 CUDA kernels (kernels/nvfp4_quantize_cuda.cu,
 // kernels/nvfp4_tile_cuda.cu, kernels/nvfp4_amax_cuda.cu): the input element
 // types, the stochastic-rounding index, memory and launch helpers, on top of
-// the arithmetic of kernels/nvfp4_quantize_cuda_math.cuh. Internal to those
-// files.
+// the arithmetic of kernels/nvfp4_quantize_cuda_math.cuh and
+// kernels/nvfp4_stochastic_cuda_math.cuh. Internal to those files.
 
 #ifndef EQX_QUANT_CSRC_KERNELS_NVFP4_QUANTIZE_CUDA_DEVICE_CUH_
 #define EQX_QUANT_CSRC_KERNELS_NVFP4_QUANTIZE_CUDA_DEVICE_CUH_
@@ -22,6 +22,7 @@
 #include "kernels/cuda_sm_count.h"
 #include "kernels/nvfp4_quantize_cuda.h"
 #include "kernels/nvfp4_quantize_cuda_math.cuh"
+#include "kernels/nvfp4_stochastic_cuda_math.cuh"
 
 namespace eqx_quant::cuda::nvfp4 {
 
@@ -99,6 +100,22 @@ __device__ __forceinline__ int64_t DivMod(int64_t n, int64_t d, bool narrow,
   return static_cast<int64_t>(q);
 }
 
+// The encode multipliers of the 128 scale bytes 0..127 under `ts` (times
+// 1/8 where `eighth`; the caller checks that this is exact) into the CTA's
+// shared `table`, between two barriers: the readers of the previous
+// example's table are done before, the new table is whole after.
+__device__ __forceinline__ void FillEncodeTable(float* table,
+                                                const Nvfp4TensorScale& ts,
+                                                bool eighth = false) {
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    const float enc =
+        Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
+    table[threadIdx.x] = eighth ? MulRn(enc, 0.125f) : enc;
+  }
+  __syncthreads();
+}
+
 // The stochastic-rounding indices of an element (docs/block_formats.md):
 // rowwise ravel(s + offset, G) and colwise ravel(T(s + offset), T(G)) mod
 // 2^64, T(v) = v[fa:] + v[:fa] the colwise (T layout) order and G the global
@@ -155,6 +172,19 @@ __device__ __forceinline__ void EncodeSrBytes(const float (&v)[N], float enc,
     for (int e = 0; e < 4; ++e) y[e] = MulRn(v[4 * w + e], enc);
     q[w] = E2M1StochasticCodes4(y, rbytes[w], may_have_nan);
   }
+}
+
+// The code word of 8 NaN-free 16-bit values v (unpacked from the words w)
+// times `enc`, stochastically rounded with their random bytes, byte e % 4 of
+// rbytes[e / 4] for element e (E2M1StochasticWord8).
+__device__ __forceinline__ uint32_t EncodeSrWord8(const float (&v)[8],
+                                                  float enc,
+                                                  const uint32_t (&rbytes)[2],
+                                                  const uint32_t (&w)[4]) {
+  float y[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y[e] = MulRn(v[e], enc);
+  return E2M1StochasticWord8(y, rbytes, w);
 }
 
 // The random bytes of N elements (a multiple of 4), byte e % 4 of

@@ -17,17 +17,9 @@
 #include <cstdint>
 
 #include "common/fp8_format.h"
+#include "common/host_device.h"
 #include "common/nvfp4_format.h"
 #include "common/rht.h"
-#include "common/threefry.h"
-
-// `EQXQ_NVFP4_UNROLL` for host/device functions (the host compiler does not
-// know it).
-#if defined(__CUDA_ARCH__)
-#define EQXQ_NVFP4_UNROLL _Pragma("unroll")
-#else
-#define EQXQ_NVFP4_UNROLL
-#endif
 
 namespace eqx_quant::cuda::nvfp4 {
 
@@ -180,12 +172,17 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1Magnitude(float a) {
   return static_cast<uint32_t>(code);
 }
 
+// The top bytes of four words, in order (a's in the low byte): 3 PRMT.
+EQXQ_HOST_DEVICE inline uint32_t TopBytes4(uint32_t a, uint32_t b, uint32_t c,
+                                           uint32_t d) {
+  return BytePerm(BytePerm(a, b, 0x0073u), BytePerm(c, d, 0x0073u), 0x5410u);
+}
+
 // The sign bits of four floats at bit 3 of the four bytes of a word.
 EQXQ_HOST_DEVICE inline uint32_t SignBits4(float v0, float v1, float v2,
                                            float v3) {
-  const uint32_t t01 = BytePerm(FloatToBits(v0), FloatToBits(v1), 0x0073u);
-  const uint32_t t23 = BytePerm(FloatToBits(v2), FloatToBits(v3), 0x0073u);
-  return (BytePerm(t01, t23, 0x5410u) >> 4) & 0x08080808u;
+  return (TopBytes4(FloatToBits(v0), FloatToBits(v1), FloatToBits(v2),
+                    FloatToBits(v3)) >> 4) & 0x08080808u;
 }
 
 EQXQ_HOST_DEVICE inline uint32_t Pack4(uint32_t c0, uint32_t c1, uint32_t c2,
@@ -199,10 +196,10 @@ EQXQ_HOST_DEVICE inline uint32_t Pack4(uint32_t c0, uint32_t c1, uint32_t c2,
 template <int N>
 EQXQ_HOST_DEVICE inline void EncodeFast(const float (&v)[N], float enc,
                                         uint32_t (&q)[N / 4]) {
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int w = 0; w < N / 4; ++w) {
     uint32_t c[4];
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
     for (int e = 0; e < 4; ++e) {
       c[e] = E2M1Magnitude(MulRn(fabsf(v[4 * w + e]), enc));
     }
@@ -215,103 +212,13 @@ EQXQ_NVFP4_UNROLL
 template <int N>
 EQXQ_HOST_DEVICE inline void EncodeExact(const float (&v)[N], float enc,
                                          uint32_t (&q)[N / 4]) {
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int w = 0; w < N / 4; ++w) {
     uint32_t c[4];
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
     for (int e = 0; e < 4; ++e) c[e] = FloatToE2M1(MulRn(v[4 * w + e], enc));
     q[w] = Pack4(c[0], c[1], c[2], c[3]);
   }
-}
-
-// ceil(x) as uint32 for 0 <= x < 2^32 (larger or NaN: anything).
-EQXQ_HOST_DEVICE inline uint32_t CeilToU32(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float2uint_ru(x);
-#else
-  return x < 4294967296.0f ? static_cast<uint32_t>(std::ceil(x)) : 0xFFFFFFFFu;
-#endif
-}
-
-// The word whose top byte is the stochastically rounded magnitude code of
-// `value` with the random byte r placed at bits 16..23, `placed` = r << 16
-// (E2M1StochasticCode below: X + 2^24 - 1 - (placed | 2^15), < 2^27); a NaN
-// gives 7 there, like a >= 6. |value| is a multiply by 1 and 4 * clamped +
-// 2^26 a multiply-add by 4, with a 1 that ptxas cannot see (OpaqueOne): FMUL
-// and IMAD on the FMA pipe instead of LOP3 and LEA on the ALU pipe, which the
-// SR kernels' Threefry calls fill.
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticSum(float value,
-                                                   uint32_t placed) {
-  constexpr uint32_t kSix = 0x40C00000u;  // bits of 6.0f
-  const uint32_t one = OpaqueOne();
-  const float a = MulRn(std::fabs(value), BitsToFloat(0x3F800000u * one));
-  const uint32_t magnitude = FloatToBits(a);  // a NaN stays a NaN
-  const uint32_t clamped = magnitude < kSix ? magnitude : kSix;
-  const uint32_t word = magnitude < 0x3F800000u  // a < 1
-                            ? CeilToU32(MulRn(a, 33554432.0f))
-                            : clamped * (4u * one) + 0x04000000u;
-  return word + (0xFF7FFFu - placed);
-}
-
-// == FloatToE2M1Stochastic(value, r) (common/nvfp4_format.h) for every value
-// and byte r, in about a third of the instructions (the per-value form: the
-// kernels encode four at a time with E2M1StochasticCodes4 below, which the
-// host test checks against this one). For a = |value| < 6 the grid
-// step s is 0.5 (a < 2), 1 (a < 4) or 2; the code is c + up, c = floor(a / s)
-// + (0, 2 or 4), up = R < t with R = r << 16 | 2^15 and t = ceil(frac(a / s)
-// * 2^24) (<= 2^24). With the word X = c * 2^24 + t, c + up = (X + 2^24 - 1 -
-// R) >> 24: the carry out of the low 24 bits is `up` (and a t of exactly 2^24
-// is c + 1, never up: the same code as c, always up). X is
-//   a < 1: ceil(a * 2^25) (an exact power-of-two scaling, then the ceiling
-//          of t for the a whose low bits fall below 2^-25);
-//   1 <= a < 6: 4 * bits(a) + 2^26 (mod 2^32): bits(a) >> 22 = 2 * exponent
-//          + the top mantissa bit runs 254..258 for c = 2..6, so 4 * bits(a)
-//          holds that minus 256 and + 2^26 adds 4 in bits 24..31; the other
-//          22 mantissa bits, times 4, are t;
-//   a >= 6 (inf): a clamped to 6, X = 7 * 2^24 (t = 0: never up).
-// NaN is the NaN code.
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCode(float value, uint32_t r) {
-  const uint32_t bits = FloatToBits(value);
-  uint32_t code = E2M1StochasticSum(value, r << 16) >> 24;
-  code |= (bits >> 28) & 0x8u;
-  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? uint32_t{kE2M1NanCode} : code;
-}
-
-// The codes of four values y (one byte each, y[0] in the low byte) with
-// their random bytes, byte e of `rbytes` for y[e]: == Pack4 of
-// E2M1StochasticCode(y[e], byte e), in about half of its instructions: each
-// byte is moved to bits 16..23 by one byte permute, the four magnitude codes
-// are the top bytes of the E2M1StochasticSum words and the signs the top
-// bits of the values, each gathered by byte permutes (3 + 3 PRMT, one shift
-// and one LOP3 for the four, where E2M1StochasticCode spends 5 instructions
-// per value and Pack4 5 more). A NaN's magnitude code is already 7; its sign
-// bit is cleared only when `may_have_nan` (the caller's block or lane holds a
-// NaN).
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticCodes4(const float (&y)[4],
-                                                      uint32_t rbytes,
-                                                      bool may_have_nan) {
-  // Byte e of rbytes at bits 16..23, zeros elsewhere (selector nibbles:
-  // output bytes 0, 1 and 3 from byte 0 of the zero operand).
-  auto placed = [rbytes](uint32_t e) {
-    return BytePerm(rbytes, 0u, 0x4044u | (e << 8));
-  };
-  // (SignBits4's byte gather, here on the sums; written out: a shared
-  // helper changed the SR kernels' instruction order, unmeasured on the GPU.)
-  const uint32_t s01 = BytePerm(E2M1StochasticSum(y[0], placed(0)),
-                                E2M1StochasticSum(y[1], placed(1)), 0x0073u);
-  const uint32_t s23 = BytePerm(E2M1StochasticSum(y[2], placed(2)),
-                                E2M1StochasticSum(y[3], placed(3)), 0x0073u);
-  uint32_t q = BytePerm(s01, s23, 0x5410u) | SignBits4(y[0], y[1], y[2], y[3]);
-  if (may_have_nan) {
-    uint32_t nan_signs = 0;
-EQXQ_NVFP4_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const bool nan = (FloatToBits(y[e]) & 0x7FFFFFFFu) > 0x7F800000u;
-      nan_signs |= nan ? 0x8u << (8 * e) : 0u;
-    }
-    q &= ~nan_signs;
-  }
-  return q;
 }
 
 // ---------------------------------------------------------------------------
@@ -413,7 +320,7 @@ EQXQ_HOST_DEVICE inline bool EighthIsExact(float enc) {
 EQXQ_HOST_DEVICE inline uint32_t CodeWord8Scaled(const float (&s)[8],
                                                  const uint32_t (&w)[4]) {
   uint32_t m = E2M1MagnitudePair(s[0], s[4]);
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int e = 1; e < 4; ++e) m += E2M1MagnitudePair(s[e], s[e + 4]) << (4 * e);
   return SignNibbles8(w, m);
 }
@@ -423,63 +330,9 @@ EQXQ_NVFP4_UNROLL
 EQXQ_HOST_DEVICE inline uint32_t CodeWord8(const float (&a)[8],
                                            const uint32_t (&w)[4]) {
   uint32_t m = E2M1Magnitude(a[0]);
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int e = 1; e < 8; ++e) m += E2M1Magnitude(a[e]) << (4 * e);
   return SignNibbles8(w, m);
-}
-
-// The magnitude nibbles of 8 values y (nibble e: the stochastically rounded
-// magnitude code of y[e] with the random byte e % 4 of rbytes[e / 4]; a NaN
-// gives 7): == the low 3 bits of E2M1StochasticCode(y[e], byte) in nibble
-// e. The codes are the top bytes of the E2M1StochasticSum words; byte
-// permutes gather the even elements' into one word and the odd ones' into
-// another, and one multiply-add (IMAD, the FMA pipe) puts each pair side by
-// side in a byte (codes <= 7): 6 PRMT + 1 IMAD for the 8, where
-// E2M1StochasticCodes4 and PackNibbles8 spend about 11.
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticMagnitudes8(
-    const float (&y)[8], const uint32_t (&rbytes)[2]) {
-  uint32_t top[8];  // code of y[e] in bits 24..31 (E2M1StochasticSum)
-EQXQ_NVFP4_UNROLL
-  for (int e = 0; e < 8; ++e) {
-    // Byte e % 4 of rbytes[e / 4] at bits 16..23, zeros elsewhere.
-    const uint32_t placed = BytePerm(rbytes[e / 4], 0u,
-                                     0x4044u | (static_cast<uint32_t>(e % 4) << 8));
-    top[e] = E2M1StochasticSum(y[e], placed);
-  }
-  // Top bytes of elements (0, 2 | 4, 6) and (1, 3 | 5, 7), in order.
-  const uint32_t even = BytePerm(BytePerm(top[0], top[2], 0x0073u),
-                                 BytePerm(top[4], top[6], 0x0073u), 0x5410u);
-  const uint32_t odd = BytePerm(BytePerm(top[1], top[3], 0x0073u),
-                                BytePerm(top[5], top[7], 0x0073u), 0x5410u);
-  return odd * (16u * OpaqueOne()) + even;
-}
-
-// The code word of 8 NaN-free values y (nibble e: the stochastically
-// rounded code of y[e] with the random byte e % 4 of rbytes[e / 4]) whose
-// signs are those of the 8 values of w (y = v * enc with enc > 0): == the
-// nibbles of E2M1StochasticCode(y[e], byte). The signs by SignNibbles8 (4
-// PRMT + 2 LOP3; E2M1StochasticCodes4 spends about 10 on them)
-// (RowHalfSrKernel, the panel kernel's rowwise part).
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticWord8(
-    const float (&y)[8], const uint32_t (&rbytes)[2], const uint32_t (&w)[4]) {
-  return SignNibbles8(w, E2M1StochasticMagnitudes8(y, rbytes));
-}
-
-// The same with the signs of y itself (values computed in f32, e.g. the
-// RHT's outputs): their top bytes gathered like the magnitudes', the even
-// elements' sign bits shifted to bit 3 of each byte (6 PRMT, 1 shift, 2
-// LOP3) (the panel kernel's colwise part).
-EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticWord8Signed(
-    const float (&y)[8], const uint32_t (&rbytes)[2]) {
-  auto tops = [&y](int e0) {  // top bytes of y[e0], y[e0 + 2], y[e0 + 4], y[e0 + 6]
-    return BytePerm(BytePerm(FloatToBits(y[e0]), FloatToBits(y[e0 + 2]), 0x0073u),
-                    BytePerm(FloatToBits(y[e0 + 4]), FloatToBits(y[e0 + 6]),
-                             0x0073u),
-                    0x5410u);
-  };
-  return (E2M1StochasticMagnitudes8(y, rbytes) |
-          ((tops(0) >> 4) & 0x08080808u)) |
-         (tops(1) & 0x80808080u);
 }
 
 // ---------------------------------------------------------------------------
@@ -493,7 +346,7 @@ constexpr uint32_t kF32Inf = 0x7F800000u;
 template <int N>
 EQXQ_HOST_DEVICE inline uint32_t RawKey(const float (&v)[N]) {
   uint32_t m = 0;
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int i = 0; i < N; i += 2) {
     m = Max3(m, FloatToBits(v[i]) & kF32Magnitude,
              FloatToBits(v[i + 1]) & kF32Magnitude);
@@ -505,7 +358,7 @@ EQXQ_NVFP4_UNROLL
 template <int N>
 EQXQ_HOST_DEVICE inline uint32_t NanFreeKey(const float (&v)[N]) {
   uint32_t m = 0;
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int i = 0; i < N; i += 2) m = Max3(m, AmaxKey(v[i]), AmaxKey(v[i + 1]));
   return m;
 }
@@ -541,9 +394,9 @@ EQXQ_HOST_DEVICE constexpr uint32_t HadamardNegativeMask(int j) {
 
 // In place: the unnormalised Walsh-Hadamard butterfly over 16 values.
 EQXQ_HOST_DEVICE inline void Butterfly16(float (&q)[kRhtSize]) {
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int h = 1; h < kRhtSize; h *= 2) {
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
     for (int i = 0; i < kRhtSize; ++i) {
       if ((i & h) == 0) {
         const float a = q[i];
@@ -560,18 +413,18 @@ EQXQ_HOST_DEVICE inline void Rht16Exact(const float (&v)[kRhtSize],
                                         const float* factors,
                                         float (&out)[kRhtSize]) {
   uint32_t magnitudes = 0;
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int i = 0; i < kRhtSize; ++i) {
     out[i] = MulRn(v[i], factors[i]);
     magnitudes |= FloatToBits(out[i]) & kF32Magnitude;
   }
   if (magnitudes == 0) {  // every product is a zero: signs decide
     uint32_t negative = 0;
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
     for (int i = 0; i < kRhtSize; ++i) {
       negative |= (FloatToBits(out[i]) >> 31) << i;
     }
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
     for (int j = 0; j < kRhtSize; ++j) {
       const bool all_negative = (negative ^ HadamardNegativeMask(j)) == 0xFFFFu;
       out[j] = BitsToFloat(all_negative ? 0x80000000u : 0u);
@@ -585,7 +438,7 @@ EQXQ_NVFP4_UNROLL
   // even with subnormals kept (as RoundToBf16); a NaN becomes 0x7FFF, not
   // 0x7FC0, which no caller tells apart (every NaN is dropped from the amax
   // and encodes as code 7 whatever its bits).
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int j = 0; j < kRhtSize; j += 2) {
     uint32_t packed;  // out[j] in the low half, out[j + 1] in the high half
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
@@ -595,7 +448,7 @@ EQXQ_NVFP4_UNROLL
     out[j + 1] = __uint_as_float(packed & 0xFFFF0000u);
   }
 #else
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int j = 0; j < kRhtSize; ++j) {
     out[j] = RoundToBf16(AddRn(out[j], 0.0f));
   }
@@ -608,11 +461,11 @@ EQXQ_NVFP4_UNROLL
 EQXQ_HOST_DEVICE inline float RhtAbsMax(const float (&v)[kRhtSize],
                                         const float* factors) {
   float q[kRhtSize];
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int i = 0; i < kRhtSize; ++i) q[i] = MulRn(v[i], factors[i]);
   Butterfly16(q);
   float m = 0.0f;
-EQXQ_NVFP4_UNROLL
+EQXQ_UNROLL
   for (int j = 0; j < kRhtSize; ++j) m = fmaxf(m, fabsf(q[j]));  // NaN-free
   return m;
 }
@@ -635,7 +488,5 @@ EQXQ_HOST_DEVICE inline uint32_t E4M3Byte(float value) {
 }
 
 }  // namespace eqx_quant::cuda::nvfp4
-
-#undef EQXQ_NVFP4_UNROLL
 
 #endif  // EQX_QUANT_CSRC_KERNELS_NVFP4_QUANTIZE_CUDA_MATH_CUH_

@@ -1,7 +1,8 @@
 // Host unit test of the NVFP4 CUDA kernels' arithmetic
-// (kernels/nvfp4_quantize_cuda_math.cuh, host/device functions) against the
-// CPU kernel's helpers (common/nvfp4_format.h, common/rht.h). Not part of the
-// library; build and run by hand from the repository root:
+// (kernels/nvfp4_quantize_cuda_math.cuh, kernels/nvfp4_stochastic_cuda_math
+// .cuh: host/device functions) against the CPU kernel's helpers
+// (common/nvfp4_format.h, common/rht.h). Not part of the library; build and
+// run by hand from the repository root:
 //
 //   g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra
 //       -I csrc csrc/kernels/nvfp4_quantize_cuda_math_test.cc -o /tmp/nv_math
@@ -39,6 +40,7 @@
 #include <random>
 
 #include "kernels/nvfp4_quantize_cuda_math.cuh"
+#include "kernels/nvfp4_stochastic_cuda_math.cuh"
 
 namespace {
 

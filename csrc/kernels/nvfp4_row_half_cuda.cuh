@@ -257,13 +257,7 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
     // enc / 8 is exact for every scale byte unless the smallest multiplier
     // (scale byte 0x7E, 448) is below 2^-123: a global amax above 6 x 2^123.
     const bool scaled = EighthIsExact(Nvfp4EncodeMultiplier(0x7E, ts));
-    __syncthreads();  // the previous example's readers are done
-    if (threadIdx.x < 128) {
-      const float enc =
-          Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
-      enc_table[threadIdx.x] = scaled ? MulRn(enc, 0.125f) : enc;
-    }
-    __syncthreads();
+    FillEncodeTable(enc_table, ts, scaled);
     const float factor = ts.factor;
     auto run = [&](auto scaled_tag) {  // std::bool_constant of `scaled`
       RowHalfExample(p, ring, lane.x, lane.out, lane.scale,

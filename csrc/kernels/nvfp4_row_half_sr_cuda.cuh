@@ -29,7 +29,7 @@
 #include "common/nvfp4_format.h"
 #include "common/threefry.h"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
-#include "kernels/nvfp4_quantize_cuda_math.cuh"
+#include "kernels/nvfp4_stochastic_cuda_math.cuh"
 #include "kernels/nvfp4_row_half_cuda.cuh"
 
 namespace eqx_quant::cuda::nvfp4 {
@@ -45,7 +45,9 @@ struct RowHalfSrParams {
   RowHalfParams half;
   const uint32_t* key;  // batch x 2 threefry key words
   SrLayout sr;          // the SR index: rows over S[:n-1], L = S[n-1]
-  int64_t l;            // L
+  // L = sr.shape[n - 1], a copy: reading sr.shape there instead changed
+  // the kernel's code and measured 2% slower at 8192^2.
+  int64_t l;
   // The global shape's dims after the first are x's (S[1:] == G[1:]): the
   // rowwise SR index is the local linear index plus sum(offset * stride)
   // wherever no s + offset wraps in 32 bits.
@@ -65,7 +67,7 @@ __device__ __forceinline__ RowSrIndex MakeRowSrIndex(const RowHalfSrParams& p) {
   const SrLayout& s = p.sr;
   bool linear = p.contiguous;
   uint64_t base = 0;
-  uint32_t offset = 0;
+  uint32_t offset = 0;  // after the loop: the last dim's
   for (int d = 0; d < s.n; ++d) {
     offset = static_cast<uint32_t>(__ldg(s.offset + d));
     // uint32(s_d) + uint32(offset_d) wraps for no s_d < S_d.
@@ -119,12 +121,12 @@ __device__ __forceinline__ void RowHalfSrStep(
     for (int u = 0; u < kRowHalfUnroll; ++u) {
       const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
       const uint32_t sdb = E4M3Byte(MulRn(__uint_as_float(key[u]), factor));
-      const float enc = enc_table[sdb & 127u];
-      float y[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = MulRn(In::Element(w, e), enc);
+      float v[8];
+      Unpack<In, 8>(w, v);
       StoreHalfVector<kWhole>(out, scale, even, u, valid,
-                              E2M1StochasticWord8(y, rbytes[u], w), sdb);
+                              EncodeSrWord8(v, enc_table[sdb & 127u],
+                                            rbytes[u], w),
+                              sdb);
     }
     return;
   }
@@ -175,12 +177,7 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfSrBlocksPerSm)
   for (int64_t ex = blockIdx.y; ex < p.half.batch; ex += gridDim.y) {
     const RowHalfLane lane = RowHalfLaneOf(p.half, ex);
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.half.amax[ex]);
-    __syncthreads();  // the previous example's readers are done
-    if (threadIdx.x < 128) {
-      enc_table[threadIdx.x] =
-          Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
-    }
-    __syncthreads();
+    FillEncodeTable(enc_table, ts);
     const uint32_t key0 = p.key[2 * ex];
     const uint32_t key1 = p.key[2 * ex + 1];
     const float factor = ts.factor;
@@ -196,11 +193,11 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfSrBlocksPerSm)
 }
 
 // Launches RowHalfSrKernel over `batch` examples of `elements` (a multiple
-// of 16) values each, L per row; CTAs of kRowHalfSrSteps steps (fewer where
+// of 16) values each (rows of L = sr.shape[n - 1]); CTAs of kRowHalfSrSteps steps (fewer where
 // that would leave resident slots empty), grid_y of them per example.
 template <typename In>
 Nvfp4LaunchStatus LaunchRowHalfSr(const Nvfp4QuantizeBuffers& buf,
-                                  int64_t batch, int64_t elements, int64_t l,
+                                  int64_t batch, int64_t elements,
                                   const SrLayout& sr, bool contiguous,
                                   unsigned grid_y, cudaStream_t stream) {
   RowHalfSrParams p{};
@@ -209,7 +206,7 @@ Nvfp4LaunchStatus LaunchRowHalfSr(const Nvfp4QuantizeBuffers& buf,
   if (!made.ok) return made;
   p.key = buf.key;
   p.sr = sr;
-  p.l = l;
+  p.l = sr.shape[sr.n - 1];
   p.contiguous = contiguous;
   static const int per_sm = ResidentBlocks(
       RowHalfSrKernel<In>, kRowHalfThreads, kRowHalfSrBlocksPerSm,
