@@ -11,33 +11,50 @@
 // columns). Its 16 vectors are copied to shared memory with cp.async (a
 // warp's copy of one row is 512 contiguous bytes; warp w holds the CTA's
 // panel w, lane v its vector v) and read back by the thread alone:
+//   * rowwise first, per row: a 16-element block is 16 / kVec consecutive
+//     lanes; the block amax is a shuffle over them (and the NaN-free one, only
+//     in a block that holds a NaN, over the same lanes); each lane encodes its
+//     kVec elements (a warp's store is 128 contiguous bytes of codes; SR by
+//     the tile kernel's EncodeSrRun) and the block's first lane stores the
+//     scale byte.
 //   * colwise, kVec / 4 columns per step (one 4-byte word of each row; the
 //     word is rotated by lane / 8 so that a warp's loads are conflict-free):
 //     the 16 values (RHT'd with Rht16Exact when kRht), their block amax, scale
-//     byte and 16 codes, stored as one 8-byte streaming store of the T layout
-//     (c, l, a, k) and one scale byte; the 8 warps of a CTA write 64
-//     contiguous bytes of each column's output row. SR: the 16 elements of a
-//     colwise block have consecutive colwise indices (the K dim is the last
-//     of the T layout), so two Threefry calls serve them (EncodeSrRun).
-//   * rowwise, per row: a 16-element block is 16 / kVec consecutive lanes;
-//     the block amax is a shuffle over them (and the NaN-free one, only in a
-//     block that holds a NaN, over the same lanes); each lane encodes its kVec
-//     elements (a warp's store is 128 contiguous bytes of codes; SR by the
-//     tile kernel's EncodeSrRun) and the block's first lane stores the scale
-//     byte.
+//     byte and 16 codes, staged in the words the step has just consumed. SR:
+//     the 16 elements of a colwise block have consecutive colwise indices (the
+//     K dim is the last of the T layout), so two Threefry calls serve them
+//     (EncodeSrRun).
+//   * after a barrier the CTA writes the staged outputs to the T layout (c,
+//     l, a, k) (StoreStagedColumns): 64 contiguous code bytes per column line
+//     (the CTA's 8 panels), 16 per thread. The per-thread 8-byte stores of
+//     the first version (each 32-byte sector written by four CTAs' warps, and
+//     each scale byte alone) kept L2 77% busy with DRAM at 26%: at 8192^2 the
+//     kernel took 153 us whatever its instruction count.
+// 16-bit inputs without SR keep their values packed where they can (as
+// RowHalfKernel): the colwise block's 16 values are 8 words of 16-bit pairs
+// (the RHT's bf16 outputs straight from its converts, else the column's
+// halves of the rows' words gathered by PRMT), so the block key is a max over
+// halves and the codes come from HalfCodeWord8 (the magnitudes in pairs on the
+// FMA pipe, the signs from the words); rowwise likewise per lane. Blocks with
+// a NaN take the unpacked path. Per panel and thread ~4,800 instead of ~6,000
+// instructions (bf16, RHT).
 // The copies are issued before the wait for the amax kernel (programmatic
 // dependent launch); the CTA then builds the encode multipliers of the 128
-// possible scale bytes of each part (an IEEE division each).
+// possible scale bytes of each part (an IEEE division each; / 8 for the
+// packed paths where that is exact).
 // The loops stay loops: the fully unrolled form (panel in registers) was a
 // 15,700-instruction kernel that stalled on instruction fetch (no faster
 // than the tile kernel); this one is ~2,900 (docs/performance.md).
-// No spills and no local memory (ptxas -warn-spills is on in CMake); the SR
-// kernels are at their cap of 128 registers (2 CTAs per SM).
+// No spills in any loop (ptxas -warn-spills is on in CMake): the 16-bit RHT
+// variants without SR keep 4 values in local memory, stored once and loaded
+// once per example; the SR kernels are at their cap of 128 registers (2 CTAs
+// per SM).
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
@@ -79,14 +96,13 @@ struct PanelParams {
 };
 
 // The packed codes of one lane's kVec elements of a row, `packed` (kVec
-// nibbles, element 0 in the low one), to row[index / 2] (index % kVec == 0).
+// nibbles, element 0 in the low one), to `at` (kVec / 2 bytes, aligned).
 template <int kVec>
-__device__ __forceinline__ void StoreRowCodes(uint8_t* row, int64_t index,
-                                              uint32_t packed) {
+__device__ __forceinline__ void StoreRowCodes(uint8_t* at, uint32_t packed) {
   if constexpr (kVec == 8) {
-    __stcs(reinterpret_cast<unsigned int*>(row + index / 2), packed);
+    __stcs(reinterpret_cast<unsigned int*>(at), packed);
   } else {
-    __stcs(reinterpret_cast<unsigned short*>(row + index / 2),
+    __stcs(reinterpret_cast<unsigned short*>(at),
            static_cast<unsigned short>(packed));
   }
 }
@@ -129,6 +145,158 @@ __device__ __forceinline__ float ElementOfWord(uint32_t word, int sub) {
   return In::Element(w, sub);  // reads w[sub / (kVec / 4)] = word
 }
 
+// The CTA's staged colwise outputs of example ex to the T layout, after a
+// barrier: column c of vector v (CTA lane v) is line ex * W + (32 vg + v) *
+// kVec + c, whose 8 panels (warps) 8 g .. 8 g + 7 hold 64 contiguous code
+// bytes at line * AK / 2 + 64 g and 8 scale bytes at line * AK / 16 + 8 g.
+// Warp w, lane v staged column c = jw * kPerWord + sub in its word jw: the
+// codes in rows 2 sub and 2 sub + 1, the scale in row 2 kPerWord + sub.
+// Four threads write a line's 64 code bytes (16 each: two panels; whole
+// 32-byte sectors, where the per-thread 8-byte stores of the panels left
+// every sector to four CTAs' warps and made the kernel L2-bound), one thread
+// its 8 scale bytes (one store where aligned).
+template <int kVec>
+__device__ __forceinline__ void StoreStagedColumns(const PanelParams& p,
+                                                   const uint8_t* panel_smem,
+                                                   int64_t ex, uint32_t group,
+                                                   uint32_t vector_group) {
+  constexpr int kPerWord = kVec / 4;
+  constexpr int kLines = 32 * kVec;  // columns of the CTA
+  const int64_t first_panel = int64_t{group} * kWarps;
+  const int live_panels =
+      static_cast<int>(min(int64_t{kWarps}, p.panels - first_panel));
+  const int64_t line_bytes = p.ak / 2;
+  const int64_t line_scales = p.ak / kB;
+  // The staged word of (warp w, lane v, row, word jw).
+  auto staged = [&](int w, int v, int row, int jw) {
+    return *reinterpret_cast<const uint32_t*>(
+        panel_smem + w * (kB * 512) + row * 512 + v * 16 + 4 * jw);
+  };
+  // Line l = c * 32 + v (a warp: 8 lines of one column, 4 threads each).
+#pragma unroll 1
+  for (int piece = threadIdx.x; piece < kLines * 4; piece += kThreads) {
+    const int l = piece / 4;
+    const int k = piece % 4;  // panels 2k, 2k + 1
+    const int c = l / 32;
+    const int v = l % 32;
+    const int64_t vector = int64_t{vector_group} * 32 + v;
+    if (vector >= p.vectors || 2 * k >= live_panels) continue;
+    const int jw = c / kPerWord;
+    const int sub = c % kPerWord;
+    const uint2 a = make_uint2(staged(2 * k, v, 2 * sub, jw),
+                               staged(2 * k, v, 2 * sub + 1, jw));
+    const int64_t line = ex * p.width + vector * kVec + c;
+    uint8_t* dst = p.col + line * line_bytes + (first_panel + 2 * k) * (kB / 2);
+    if (2 * k + 1 < live_panels) {
+      const uint2 b = make_uint2(staged(2 * k + 1, v, 2 * sub, jw),
+                                 staged(2 * k + 1, v, 2 * sub + 1, jw));
+      if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+        __stcs(reinterpret_cast<uint4*>(dst), make_uint4(a.x, a.y, b.x, b.y));
+        continue;
+      }
+      __stcs(reinterpret_cast<uint2*>(dst + 8), b);
+    }
+    __stcs(reinterpret_cast<uint2*>(dst), a);
+  }
+  for (int l = threadIdx.x; l < kLines; l += kThreads) {
+    const int c = l / 32;
+    const int v = l % 32;
+    const int64_t vector = int64_t{vector_group} * 32 + v;
+    if (vector >= p.vectors) continue;
+    const int jw = c / kPerWord;
+    const int row = 2 * kPerWord + c % kPerWord;
+    const int64_t line = ex * p.width + vector * kVec + c;
+    uint8_t* dst = p.col_scale + line * line_scales + first_panel;
+    if (live_panels == kWarps && reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+      uint32_t lo = 0;
+      uint32_t hi = 0;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        lo |= staged(w, v, row, jw) << (8 * w);
+        hi |= staged(w + 4, v, row, jw) << (8 * w);
+      }
+      __stcs(reinterpret_cast<uint2*>(dst), make_uint2(lo, hi));
+    } else {
+      for (int w = 0; w < live_panels; ++w) {
+        dst[w] = static_cast<uint8_t>(staged(w, v, row, jw));
+      }
+    }
+  }
+}
+
+// The 16 values of a column of the panel (element sub of each row's word)
+// as 16-bit pairs: value 2k in the low half of word k (16-bit inputs).
+__device__ __forceinline__ void ColumnPairs(const uint32_t (&words)[kB],
+                                            int sub,
+                                            uint32_t (&packed)[kB / 2]) {
+#pragma unroll
+  for (int k = 0; k < kB / 2; ++k) {
+    packed[k] = __byte_perm(words[2 * k], words[2 * k + 1],
+                            sub == 0 ? 0x5410u : 0x7632u);
+  }
+}
+
+// The scale byte and the packed codes of a block of 16 16-bit values of type
+// Elem in 8 words, w (2k in the low half of word k), without stochastic
+// rounding: the key from the halves' magnitude bits, the codes by
+// HalfCodeWord8 (kScaled: the table holds the multipliers / 8). A block with
+// a NaN takes the unpacked path (NaN-ignoring key, the exact encoder).
+template <typename Elem, bool kScaled>
+__device__ __forceinline__ uint2 HalfBlockCodes(const uint32_t (&w)[kB / 2],
+                                                float factor,
+                                                const float* enc_table,
+                                                uint32_t& sdb) {
+  uint32_t key = __float_as_uint(HalfKey16<Elem>(w));
+  const bool has_nan = key > kF32Inf;
+  float v[kB];
+  if (has_nan) {
+    Unpack<Elem, kB>(w, v);
+    key = NanFreeKey<kB>(v);
+  }
+  sdb = E4M3Byte(MulRn(__uint_as_float(key), factor));
+  const float enc = enc_table[sdb & 127u];
+  if (has_nan) {
+    uint32_t q[4];
+    EncodeExact<kB>(v, kScaled ? MulRn(enc, 8.0f) : enc, q);
+    return make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
+  }
+  const uint32_t lo[4] = {w[0], w[1], w[2], w[3]};
+  const uint32_t hi[4] = {w[4], w[5], w[6], w[7]};
+  return make_uint2(HalfCodeWord8<Elem, kScaled>(lo, enc),
+                    HalfCodeWord8<Elem, kScaled>(hi, enc));
+}
+
+// The code word and scale byte of a lane's 8 16-bit values w of a rowwise
+// block (the block is this lane and lane ^ 1), without stochastic rounding:
+// RowHalfKernel's packed key and code word; a block with a NaN takes the
+// unpacked path (NaN-ignoring key over both lanes, the exact encoder).
+template <typename In, bool kScaled>
+__device__ __forceinline__ uint32_t HalfRowCodes(const uint32_t (&w)[4],
+                                                 float factor,
+                                                 const float* enc_table,
+                                                 unsigned block_lanes,
+                                                 uint32_t& sdb) {
+  uint32_t m = HalfMagnitudeMax(w);
+  m = MaxU16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+  uint32_t key =
+      __float_as_uint(In::Convert(static_cast<uint16_t>(FoldHalves(m))));
+  const bool has_nan = key > kF32Inf;  // both lanes of the block agree
+  float v[8];
+  if (has_nan) {
+    Unpack<In, 8>(w, v);
+    key = NanFreeKey<8>(v);
+    key = max(key, __shfl_xor_sync(block_lanes, key, 1));
+  }
+  sdb = E4M3Byte(MulRn(__uint_as_float(key), factor));
+  const float enc = enc_table[sdb & 127u];
+  if (has_nan) {
+    uint32_t q[2];
+    EncodeExact<8>(v, kScaled ? MulRn(enc, 8.0f) : enc, q);
+    return PackNibbles8(q[0], q[1]);
+  }
+  return HalfCodeWord8<In, kScaled>(w, enc);
+}
+
 template <typename In, bool kRht, bool kSr>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     PanelKernel(const __grid_constant__ PanelParams p) {
@@ -136,6 +304,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
   constexpr int kVec = In::kVec;
   constexpr int kPerWord = kVec / 4;         // columns per 4-byte word
   constexpr int kLanesPerBlock = kB / kVec;  // rowwise block: 2 or 4 lanes
+  // 16-bit inputs without SR: the packed paths (HalfBlockCodes,
+  // HalfRowCodes); the colwise values are bf16 after the RHT, else In's.
+  constexpr bool kPacked = kVec == 8 && !kSr;
+  using ColElem = std::conditional_t<kRht, Bf16In, In>;
   extern __shared__ __align__(16) uint8_t panel_smem[];
   __shared__ float enc_table[2][128];  // rowwise, colwise
 
@@ -169,9 +341,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     const Nvfp4TensorScale row_t =
         p.row != nullptr ? MakeNvfp4TensorScale(p.amax[ex]) : col_t;
     __syncthreads();  // the last example's table readers are done
-    enc_table[t / 128][t % 128] = Nvfp4EncodeMultiplier(
-        static_cast<uint8_t>(t % 128), t < 128 ? row_t : col_t);
+    const float enc = Nvfp4EncodeMultiplier(static_cast<uint8_t>(t % 128),
+                                            t < 128 ? row_t : col_t);
+    enc_table[t / 128][t % 128] = enc;
     __syncthreads();
+    // kPacked: the multipliers / 8 where that is exact for every scale byte,
+    // i.e. for the smallest, byte 0x7E's (unless a global amax is above 6 x
+    // 2^123; see RowHalfKernel). Read from the table, so that no thread
+    // divides again (those divisions' calls made ptxas spill).
+    bool row_scaled = false;
+    bool col_scaled = false;
+    if constexpr (kPacked) {
+      row_scaled = EighthIsExact(enc_table[0][0x7E]);
+      col_scaled = EighthIsExact(enc_table[1][0x7E]);
+      __syncthreads();  // every thread has read byte 0x7E's entries
+      if (t < 128 ? row_scaled : col_scaled) {
+        enc_table[t / 128][t % 128] = MulRn(enc, 0.125f);
+      }
+      __syncthreads();
+    }
     AsyncWaitGroup<0>();  // this thread's panel is in
 
     // kSr: the A and C terms of this thread's rowwise and colwise SR
@@ -196,6 +384,87 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       key1 = p.key[2 * ex + 1];
     }
 
+    // Rowwise first: the colwise pass below stages its outputs in the
+    // panel's words as it consumes them.
+    if (p.row != nullptr) {
+      // The lanes of this thread's rowwise block (for the rare NaN shuffle).
+      const unsigned block_lanes = ((1u << kLanesPerBlock) - 1u)
+                                   << (lane & ~(kLanesPerBlock - 1));
+      // Row i's kVec codes at byte (first + i * W) / 2 of the rowwise
+      // output, its block's scale at (first + i * W) / 16 (W % 16 == 0).
+      uint8_t* row_out = p.row + first / 2;
+      uint8_t* row_scale_out = p.row_scale + first / kB;
+      const bool scale_lane = lane % kLanesPerBlock == 0;
+#pragma unroll 1
+      for (int i = 0; i < kB; ++i) {
+        const uint4 four = *reinterpret_cast<const uint4*>(mine + i * 512);
+        const uint32_t w[4] = {four.x, four.y, four.z, four.w};
+        uint32_t sdb;
+        uint32_t packed;  // this lane's kVec codes
+        if constexpr (kPacked) {
+          packed = row_scaled ? HalfRowCodes<In, true>(w, row_t.factor,
+                                                       enc_table[0],
+                                                       block_lanes, sdb)
+                              : HalfRowCodes<In, false>(w, row_t.factor,
+                                                        enc_table[0],
+                                                        block_lanes, sdb);
+        } else {
+          float v[kVec];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) v[e] = In::Element(w, e);
+          const uint32_t raw = RawKey<kVec>(v);
+          uint32_t key = raw;
+#pragma unroll
+          for (int s = 1; s < kLanesPerBlock; s *= 2) {
+            key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
+          }
+          if (key > kF32Inf) {  // the block has a NaN: all its lanes are here
+            key = NanFreeKey<kVec>(v);
+#pragma unroll
+            for (int s = 1; s < kLanesPerBlock; s *= 2) {
+              key = max(key, __shfl_xor_sync(block_lanes, key, s));
+            }
+          }
+          sdb = E4M3Byte(MulRn(__uint_as_float(key), row_t.factor));
+          const float enc = enc_table[0][sdb & 127u];
+          if constexpr (kSr) {
+            uint32_t rbytes[kVec / 4];
+            SrRunBytes<kVec>(key0, key1, kRowwiseStream,
+                             sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
+                             static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)),
+                             rbytes);
+            if constexpr (kVec == 8) {
+              if (!__any_sync(0xFFFFFFFFu, raw > kF32Inf)) {  // the usual case
+                packed = EncodeSrWord8(v, enc, rbytes, w);
+              } else {
+                uint32_t q[2];
+                EncodeSrBytes<8>(v, enc, rbytes, raw > kF32Inf, q);
+                packed = PackNibbles8(q[0], q[1]);
+              }
+            } else {
+              uint32_t q[1];
+              EncodeSrBytes<4>(v, enc, rbytes, raw > kF32Inf, q);
+              packed = PackNibbles4(q[0]);
+            }
+          } else {
+            uint32_t q[kVec / 4];
+            if (raw > kF32Inf) {  // this lane's elements hold the NaN
+              EncodeExact<kVec>(v, enc, q);
+            } else {
+              EncodeFast<kVec>(v, enc, q);
+            }
+            packed = PackRowCodes<kVec>(q);
+          }
+        }
+        if (live) {
+          StoreRowCodes<kVec>(row_out, packed);
+          if (scale_lane) *row_scale_out = static_cast<uint8_t>(sdb);
+        }
+        row_out += p.width / 2;
+        row_scale_out += p.width / kB;
+      }
+    }
+
     // Colwise, kPerWord columns per step: word jw of the vector (rotated by
     // lane / 8 so that a warp's 4-byte loads hit 32 distinct banks).
 #pragma unroll 1
@@ -208,129 +477,83 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       }
 #pragma unroll
       for (int sub = 0; sub < kPerWord; ++sub) {
-        float v[kB];
-#pragma unroll
-        for (int i = 0; i < kB; ++i) v[i] = ElementOfWord<In>(words[i], sub);
-        if constexpr (kRht) {
-          float rotated[kB];
-          Rht16Exact(v, p.rht_factor, rotated);
-#pragma unroll
-          for (int i = 0; i < kB; ++i) v[i] = rotated[i];
-        }
-        const uint32_t raw = RawKey<kB>(v);
-        const bool has_nan = raw > kF32Inf;
-        // A block with a NaN is rare: the NaN-free key (and SR's NaN-aware
-        // encode) only in a warp that has one, behind a uniform branch.
-        const bool warp_nan = __any_sync(0xFFFFFFFFu, has_nan);
-        uint32_t key = raw;
-        if (warp_nan) key = has_nan ? NanFreeKey<kB>(v) : raw;
-        const uint32_t sdb =
-            E4M3Byte(MulRn(__uint_as_float(key), col_t.factor));
-        const float enc = enc_table[1][sdb & 127u];
+        uint32_t sdb;
         uint2 codes;  // the block's 16 codes, packed
-        if constexpr (kSr) {
-          // The block's colwise indices: its column's terms, then the K
-          // coordinates k0 .. k0 + 15 (stride 1 in the T layout).
-          uint32_t rbytes[4];
-          SrRunBytes<kB>(
-              key0, key1, kColwiseStream,
-              sr_col_base +
-                  SrTerm<true>(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub),
-              static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)), rbytes);
-          if (warp_nan) {
-            uint32_t q[4];
-            EncodeSrBytes<kB>(v, enc, rbytes, has_nan, q);
-            codes = make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
+        if constexpr (kPacked) {
+          uint32_t packed[kB / 2];
+          if constexpr (kRht) {
+            float v[kB];
+#pragma unroll
+            for (int i = 0; i < kB; ++i) v[i] = ElementOfWord<In>(words[i], sub);
+            Rht16ExactPacked<true>(v, p.rht_factor, packed);
           } else {
-            codes = ColSrCodes(v, enc, rbytes);
+            ColumnPairs(words, sub, packed);
           }
+          codes = col_scaled ? HalfBlockCodes<ColElem, true>(
+                                   packed, col_t.factor, enc_table[1], sdb)
+                             : HalfBlockCodes<ColElem, false>(
+                                   packed, col_t.factor, enc_table[1], sdb);
         } else {
-          uint32_t q[4];
-          if (has_nan) {
-            EncodeExact<kB>(v, enc, q);
-          } else {
-            EncodeFast<kB>(v, enc, q);
+          float v[kB];
+#pragma unroll
+          for (int i = 0; i < kB; ++i) v[i] = ElementOfWord<In>(words[i], sub);
+          if constexpr (kRht) {
+            float rotated[kB];
+            Rht16Exact<kVec == 8>(v, p.rht_factor, rotated);
+#pragma unroll
+            for (int i = 0; i < kB; ++i) v[i] = rotated[i];
           }
-          codes = make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
-        }
-        if (live) {
-          // Column c * L + l of W is T-layout line (ex * C + c) * L + l.
-          const int64_t line = ex * p.width + col0 + jw * kPerWord + sub;
-          // Whole and 8-byte aligned (PanelsApply): one streaming store.
-          const int64_t index = line * p.ak + panel * kB;
-          __stcs(reinterpret_cast<uint2*>(p.col + index / 2), codes);
-          p.col_scale[line * (p.ak / kB) + panel] = static_cast<uint8_t>(sdb);
-        }
-      }
-    }
-
-    if (p.row != nullptr) {
-      // The lanes of this thread's rowwise block (for the rare NaN shuffle).
-      const unsigned block_lanes = ((1u << kLanesPerBlock) - 1u)
-                                   << (lane & ~(kLanesPerBlock - 1));
-#pragma unroll 1
-      for (int i = 0; i < kB; ++i) {
-        const uint4 four = *reinterpret_cast<const uint4*>(mine + i * 512);
-        const uint32_t w[4] = {four.x, four.y, four.z, four.w};
-        float v[kVec];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) v[e] = In::Element(w, e);
-        const uint32_t raw = RawKey<kVec>(v);
-        uint32_t key = raw;
-#pragma unroll
-        for (int s = 1; s < kLanesPerBlock; s *= 2) {
-          key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, s));
-        }
-        if (key > kF32Inf) {  // the block has a NaN: all of its lanes are here
-          key = NanFreeKey<kVec>(v);
-#pragma unroll
-          for (int s = 1; s < kLanesPerBlock; s *= 2) {
-            key = max(key, __shfl_xor_sync(block_lanes, key, s));
-          }
-        }
-        const uint32_t sdb =
-            E4M3Byte(MulRn(__uint_as_float(key), row_t.factor));
-        const float enc = enc_table[0][sdb & 127u];
-        uint32_t packed;  // this lane's kVec codes
-        if constexpr (kSr) {
-          uint32_t rbytes[kVec / 4];
-          SrRunBytes<kVec>(key0, key1, kRowwiseStream,
-                           sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
-                           static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)),
-                           rbytes);
-          if constexpr (kVec == 8) {
-            if (!__any_sync(0xFFFFFFFFu, raw > kF32Inf)) {  // the usual case
-              packed = EncodeSrWord8(v, enc, rbytes, w);
+          const uint32_t raw = RawKey<kB>(v);
+          const bool has_nan = raw > kF32Inf;
+          // A block with a NaN is rare: the NaN-free key (and SR's NaN-aware
+          // encode) only in a warp that has one, behind a uniform branch.
+          const bool warp_nan = __any_sync(0xFFFFFFFFu, has_nan);
+          uint32_t key = raw;
+          if (warp_nan) key = has_nan ? NanFreeKey<kB>(v) : raw;
+          sdb = E4M3Byte(MulRn(__uint_as_float(key), col_t.factor));
+          const float enc = enc_table[1][sdb & 127u];
+          if constexpr (kSr) {
+            // The block's colwise indices: its column's terms, then the K
+            // coordinates k0 .. k0 + 15 (stride 1 in the T layout).
+            uint32_t rbytes[4];
+            SrRunBytes<kB>(
+                key0, key1, kColwiseStream,
+                sr_col_base +
+                    SrTerm<true>(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub),
+                static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)),
+                rbytes);
+            if (warp_nan) {
+              uint32_t q[4];
+              EncodeSrBytes<kB>(v, enc, rbytes, has_nan, q);
+              codes = make_uint2(PackNibbles8(q[0], q[1]),
+                                 PackNibbles8(q[2], q[3]));
             } else {
-              uint32_t q[2];
-              EncodeSrBytes<8>(v, enc, rbytes, raw > kF32Inf, q);
-              packed = PackNibbles8(q[0], q[1]);
+              codes = ColSrCodes(v, enc, rbytes);
             }
           } else {
-            uint32_t q[1];
-            EncodeSrBytes<4>(v, enc, rbytes, raw > kF32Inf, q);
-            packed = PackNibbles4(q[0]);
-          }
-        } else {
-          uint32_t q[kVec / 4];
-          if (raw > kF32Inf) {  // this lane's elements hold the NaN
-            EncodeExact<kVec>(v, enc, q);
-          } else {
-            EncodeFast<kVec>(v, enc, q);
-          }
-          packed = PackRowCodes<kVec>(q);
-        }
-        if (live) {
-          const int64_t index = first + i * p.width;
-          StoreRowCodes<kVec>(p.row, index, packed);
-          if (lane % kLanesPerBlock == 0) {
-            p.row_scale[index / kB] = static_cast<uint8_t>(sdb);
+            uint32_t q[4];
+            if (has_nan) {
+              EncodeExact<kB>(v, enc, q);
+            } else {
+              EncodeFast<kB>(v, enc, q);
+            }
+            codes = make_uint2(PackNibbles8(q[0], q[1]),
+                               PackNibbles8(q[2], q[3]));
           }
         }
+        // Staged in this thread's words jw, consumed above: the codes in
+        // rows 2 sub and 2 sub + 1, the scale byte in row 2 kPerWord + sub.
+        uint32_t* const slot = reinterpret_cast<uint32_t*>(mine + 4 * jw);
+        slot[(2 * sub) * 128] = codes.x;
+        slot[(2 * sub + 1) * 128] = codes.y;
+        slot[(2 * kPerWord + sub) * 128] = sdb;
       }
     }
-    // The next example's copies overwrite only this thread's own slots, which
-    // it has read: no barrier.
+    __syncthreads();  // every panel's colwise outputs are staged
+    StoreStagedColumns<kVec>(p, panel_smem, ex, group, vector_group);
+    // The next example's copies overwrite the slots read above.
+    __syncthreads();
+
   }
 }
 

@@ -392,10 +392,12 @@ EQXQ_HOST_DEVICE constexpr uint32_t HadamardNegativeMask(int j) {
   return mask;
 }
 
-// In place: the unnormalised Walsh-Hadamard butterfly over 16 values.
+// In place: the first kStages stages (strides 1, 2, 4, 8) of the
+// unnormalised Walsh-Hadamard butterfly over 16 values.
+template <int kStages = 4>
 EQXQ_HOST_DEVICE inline void Butterfly16(float (&q)[kRhtSize]) {
 EQXQ_UNROLL
-  for (int h = 1; h < kRhtSize; h *= 2) {
+  for (int h = 1; h < (1 << kStages); h *= 2) {
 EQXQ_UNROLL
     for (int i = 0; i < kRhtSize; ++i) {
       if ((i & h) == 0) {
@@ -408,65 +410,99 @@ EQXQ_UNROLL
   }
 }
 
-// out = RHT(v), each output rounded to bfloat16 (== Rht16).
-EQXQ_HOST_DEVICE inline void Rht16Exact(const float (&v)[kRhtSize],
-                                        const float* factors,
-                                        float (&out)[kRhtSize]) {
+// The bfloat16 bits of two f32 values, lo in the low half: each rounded to
+// nearest even with subnormals kept (RoundToBf16). The hardware convert does
+// both in one instruction; it makes a NaN 0x7FFF, not 0x7FC0, which no caller
+// tells apart (every NaN is dropped from the amax and encodes as code 7
+// whatever its bits).
+EQXQ_HOST_DEVICE inline uint32_t PackBf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+#else
+  return (FloatToBits(RoundToBf16(lo)) >> 16) |
+         (FloatToBits(RoundToBf16(hi)) & 0xFFFF0000u);
+#endif
+}
+
+// RHT(v) as 8 words of bfloat16 bits (== Rht16; output 2k in the low half of
+// word k, 2k + 1 in its high half).
+//
+// kHalfInputs: every v_i is a bf16 or f16 value, so each product v_i R[i][0]
+// is exact (no underflow: |v_i| >= 2^-133 or 0), and fma(v_i, R[i][0], +0)
+// is it with -0 made +0. With no -0 among the inputs the butterfly makes
+// none (a rounded sum is -0 only from -0 operands), so its zero outputs are
+// already +0: 16 FFMA instead of 16 FMUL and 16 FADD. Otherwise (f32, where a
+// product may round to -0) the outputs are made +0 after the butterfly.
+template <bool kHalfInputs = false>
+EQXQ_HOST_DEVICE inline void Rht16ExactPacked(const float (&v)[kRhtSize],
+                                              const float* factors,
+                                              uint32_t (&packed)[kRhtSize / 2]) {
+  float q[kRhtSize];
   uint32_t magnitudes = 0;
 EQXQ_UNROLL
   for (int i = 0; i < kRhtSize; ++i) {
-    out[i] = MulRn(v[i], factors[i]);
-    magnitudes |= FloatToBits(out[i]) & kF32Magnitude;
+    q[i] = kHalfInputs ? FmaRn(v[i], factors[i], 0.0f) : MulRn(v[i], factors[i]);
+    magnitudes |= FloatToBits(q[i]) & kF32Magnitude;
   }
-  if (magnitudes == 0) {  // every product is a zero: signs decide
+  if (magnitudes == 0) {  // every product is a zero: the signs decide
     uint32_t negative = 0;
 EQXQ_UNROLL
     for (int i = 0; i < kRhtSize; ++i) {
-      negative |= (FloatToBits(out[i]) >> 31) << i;
+      negative |= (FloatToBits(MulRn(v[i], factors[i])) >> 31) << i;
     }
 EQXQ_UNROLL
-    for (int j = 0; j < kRhtSize; ++j) {
-      const bool all_negative = (negative ^ HadamardNegativeMask(j)) == 0xFFFFu;
-      out[j] = BitsToFloat(all_negative ? 0x80000000u : 0u);
+    for (int j = 0; j < kRhtSize; j += 2) {
+      const bool lo = (negative ^ HadamardNegativeMask(j)) == 0xFFFFu;
+      const bool hi = (negative ^ HadamardNegativeMask(j + 1)) == 0xFFFFu;
+      packed[j / 2] = (lo ? 0x8000u : 0u) | (hi ? 0x80000000u : 0u);
     }
     return;
   }
-  Butterfly16(out);
-  // A zero output is +0 here; fl(z + 0) turns -0 into +0 and keeps the rest.
-#if defined(__CUDA_ARCH__)
-  // The hardware convert rounds two outputs to bf16 at once, to nearest
-  // even with subnormals kept (as RoundToBf16); a NaN becomes 0x7FFF, not
-  // 0x7FC0, which no caller tells apart (every NaN is dropped from the amax
-  // and encodes as code 7 whatever its bits).
+  Butterfly16(q);
 EQXQ_UNROLL
   for (int j = 0; j < kRhtSize; j += 2) {
-    uint32_t packed;  // out[j] in the low half, out[j + 1] in the high half
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
-        : "=r"(packed)
-        : "f"(AddRn(out[j + 1], 0.0f)), "f"(AddRn(out[j], 0.0f)));
-    out[j] = __uint_as_float(packed << 16);
-    out[j + 1] = __uint_as_float(packed & 0xFFFF0000u);
+    // fl(z + 0) turns a -0 into +0 and keeps every other value.
+    packed[j / 2] = kHalfInputs
+                        ? PackBf16x2(q[j], q[j + 1])
+                        : PackBf16x2(AddRn(q[j], 0.0f), AddRn(q[j + 1], 0.0f));
   }
-#else
+}
+
+// out = RHT(v), each output rounded to bfloat16 (== Rht16; see
+// Rht16ExactPacked).
+template <bool kHalfInputs = false>
+EQXQ_HOST_DEVICE inline void Rht16Exact(const float (&v)[kRhtSize],
+                                        const float* factors,
+                                        float (&out)[kRhtSize]) {
+  uint32_t packed[kRhtSize / 2];
+  Rht16ExactPacked<kHalfInputs>(v, factors, packed);
 EQXQ_UNROLL
-  for (int j = 0; j < kRhtSize; ++j) {
-    out[j] = RoundToBf16(AddRn(out[j], 0.0f));
+  for (int j = 0; j < kRhtSize; j += 2) {
+    out[j] = BitsToFloat(packed[j / 2] << 16);
+    out[j + 1] = BitsToFloat(packed[j / 2] & 0xFFFF0000u);
   }
-#endif
 }
 
 // max |RHT(v)| over the 16 outputs before their bf16 rounding, NaN ignored.
 // Rounding to bf16 is monotone in the magnitude, so the amax of the rounded
-// outputs is RoundToBf16 of the max of such maxima.
+// outputs is RoundToBf16 of the max of such maxima. The last stage's pair
+// fl(a + b), fl(a - b) has the larger magnitude fl(|a| + |b|) (one of them
+// adds the magnitudes, the other subtracts them, and rounding is monotone and
+// sign-symmetric; inf - inf gives NaN in one and inf in both forms), so that
+// stage is 8 sums of magnitudes.
 EQXQ_HOST_DEVICE inline float RhtAbsMax(const float (&v)[kRhtSize],
                                         const float* factors) {
   float q[kRhtSize];
 EQXQ_UNROLL
   for (int i = 0; i < kRhtSize; ++i) q[i] = MulRn(v[i], factors[i]);
-  Butterfly16(q);
+  Butterfly16<3>(q);
   float m = 0.0f;
 EQXQ_UNROLL
-  for (int j = 0; j < kRhtSize; ++j) m = fmaxf(m, fabsf(q[j]));  // NaN-free
+  for (int i = 0; i < kRhtSize / 2; ++i) {
+    m = fmaxf(m, AddRn(fabsf(q[i]), fabsf(q[i + kRhtSize / 2])));  // NaN-free
+  }
   return m;
 }
 

@@ -27,7 +27,8 @@
 //     around the rounding threshold, 0, 255 and random, and around every
 //     grid point; E2M1StochasticCodes4 == Pack4 of E2M1StochasticCode;
 //   * Rht16Exact == Rht16 (the pairwise-sum matrix product, each output
-//     rounded to bf16) on 3M groups: all-zero groups of mixed signs (the -0
+//     rounded to bf16), and Rht16Exact<true> on the same groups made bf16 /
+//     f16 values, on 3M groups: all-zero groups of mixed signs (the -0
 //     rule), tiny subnormals whose products underflow, exact cancellations,
 //     NaN, inf, overflow; and RoundToBf16(RhtAbsMax) == the NaN-ignoring max
 //     of AmaxKey over Rht16's outputs; random sign masks and the default.
@@ -243,7 +244,24 @@ void CheckHalfWords(Random& rng) {
   Check(paired > 1000000, "paired cases run");
 }
 
-// Rht16Exact == Rht16; RoundToBf16(RhtAbsMax) == max AmaxKey of Rht16.
+// An f16 value near x: x rounded to 11 significant bits (NaN and inf kept),
+// magnitudes past f16's max made inf and those below its smallest subnormal
+// 2^-24 rounded to a multiple of it.
+float ToF16Value(float x) {
+  if (std::isnan(x) || std::isinf(x)) return x;
+  const float a = std::fabs(x);
+  if (a >= 65520.0f) return std::copysign(INFINITY, x);
+  if (a < std::ldexp(1.0f, -14)) {  // subnormal: multiples of 2^-24
+    return std::copysign(std::nearbyint(std::ldexp(a, 24)) * std::ldexp(1.0f, -24),
+                         x);
+  }
+  int e;
+  const float f = std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  return std::copysign(std::ldexp(std::nearbyint(std::ldexp(f, 11)), e - 11), x);
+}
+
+// Rht16Exact == Rht16 (also Rht16Exact<true> on bf16 / f16 values);
+// RoundToBf16(RhtAbsMax) == max AmaxKey of Rht16.
 void CheckRht(Random& rng) {
   for (int it = 0; it < 3000000; ++it) {
     const uint32_t mask = it % 3 == 0 ? 0xD7E8u : (rng.Bits() & 0xFFFFu);
@@ -271,13 +289,36 @@ void CheckRht(Random& rng) {
         default: x = rng.Special();
       }
     }
+    // The same values as 16-bit ones (bf16: the top half of the bits; f16:
+    // rounded to 11 significant bits and clamped to f16's range, its
+    // subnormals included) for the kHalfInputs form.
+    float half[16];
+    const bool as_f16 = it % 2 == 1;
+    for (int i = 0; i < 16; ++i) {
+      if (as_f16) {
+        half[i] = ToF16Value(v[i]);
+      } else {
+        // Through memcpy: g++ 12 -O2 dropped the mask from
+        // BitsToFloat(FloatToBits(v[i]) & 0xFFFF0000u) on subnormal v here.
+        uint32_t bits;
+        std::memcpy(&bits, &v[i], sizeof(bits));
+        bits &= 0xFFFF0000u;
+        std::memcpy(&half[i], &bits, sizeof(bits));
+      }
+    }
     float want[16];
     float got[16];
+    float want_half[16];
+    float got_half[16];
     eqx_quant::Rht16(m, v, want);
     nv::Rht16Exact(v, factors, got);
+    eqx_quant::Rht16(m, half, want_half);
+    nv::Rht16Exact<true>(half, factors, got_half);
     for (int j = 0; j < 16; ++j) {
       Check(FloatToBits(want[j]) == FloatToBits(got[j]), "rht",
             FloatToBits(want[j]), FloatToBits(got[j]), kind);
+      Check(FloatToBits(want_half[j]) == FloatToBits(got_half[j]), "rht 16-bit",
+            FloatToBits(want_half[j]), FloatToBits(got_half[j]), kind);
     }
     uint32_t key = 0;
     for (float w : want) key = std::max(key, eqx_quant::AmaxKey(w));

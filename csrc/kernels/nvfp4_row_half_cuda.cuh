@@ -134,18 +134,8 @@ __device__ __forceinline__ void RowHalfStep(
     const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
     const uint32_t sdb = E4M3Byte(MulRn(key[u], factor));
     const float enc = enc_table[sdb & 127u];
-    float a[8];
-    uint32_t word;
-    if constexpr (kScaled) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) a[e] = MulSatRn(fabsf(In::Element(w, e)), enc);
-      word = CodeWord8Scaled(a, w);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) a[e] = MulRn(fabsf(In::Element(w, e)), enc);
-      word = CodeWord8(a, w);
-    }
-    StoreHalfVector<kWhole>(out, scale, even, u, valid, word, sdb);
+    StoreHalfVector<kWhole>(out, scale, even, u, valid,
+                            HalfCodeWord8<In, kScaled>(w, enc), sdb);
   }
 }
 

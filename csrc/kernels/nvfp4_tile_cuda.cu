@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, kTileMinBlocks<kSr>)
         const bool live = j < at.cols;
         if constexpr (kRht) {  // K % 16 == 0: the group is whole
           float rotated[kB];
-          Rht16Exact(v, p.rht_factor, rotated);
+          Rht16Exact<In::kVec == 8>(v, p.rht_factor, rotated);  // 16-bit In
 #pragma unroll
           for (int i = 0; i < kB; ++i) v[i] = rotated[i];
         }
