@@ -74,36 +74,6 @@ __device__ __forceinline__ void Unpack(const uint32_t* w, float (&v)[N]) {
   for (int e = 0; e < N; ++e) v[e] = In::Element(w, e);
 }
 
-// The code word of the 8 NaN-free 16-bit values of w (of type Elem) times the
-// encode multiplier: nibble e = FloatToE2M1(fl(v_e * enc)). kScaled: `enc`
-// is the multiplier / 8 (exact) and the magnitudes come in pairs
-// (CodeWord8Scaled); else `enc` is the multiplier (CodeWord8).
-template <typename Elem, bool kScaled>
-__device__ __forceinline__ uint32_t HalfCodeWord8(const uint32_t (&w)[4],
-                                                  float enc) {
-  float a[8];
-  if constexpr (kScaled) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) a[e] = MulSatRn(fabsf(Elem::Element(w, e)), enc);
-    return CodeWord8Scaled(a, w);
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) a[e] = MulRn(fabsf(Elem::Element(w, e)), enc);
-    return CodeWord8(a, w);
-  }
-}
-
-// The block key (max |v| as an f32; a NaN if the block has one) of 16
-// 16-bit values of type Elem packed in 8 words.
-template <typename Elem>
-__device__ __forceinline__ float HalfKey16(const uint32_t (&w)[8]) {
-  const uint32_t lo[4] = {w[0], w[1], w[2], w[3]};
-  const uint32_t hi[4] = {w[4], w[5], w[6], w[7]};
-  const uint32_t m =
-      FoldHalves(MaxU16x2(HalfMagnitudeMax(lo), HalfMagnitudeMax(hi)));
-  return Elem::Convert(static_cast<uint16_t>(m));
-}
-
 // q = n / d and r = n - q * d for n >= 0, d >= 1. `narrow` (both < 2^32):
 // one 32-bit division; otherwise a restoring shift-subtract loop, so that no
 // kernel calls the 64-bit division routine (whose call spills registers).

@@ -37,6 +37,7 @@
 
 #include "common/nvfp4_format.h"
 #include "kernels/cuda_sm_count.h"
+#include "kernels/nvfp4_half_codes_cuda.cuh"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
 #include "kernels/nvfp4_quantize_cuda_math.cuh"
 
