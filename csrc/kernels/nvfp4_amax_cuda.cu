@@ -27,11 +27,11 @@
 //          kernels from the start to the end, so that each pass begins on
 //          the part of x the previous one left in L2 (x is larger than L2;
 //          a max does not depend on the order).
-//        * RhtAmaxKernel: a thread owns a 16-row panel of one 16-byte
-//          column vector (8 bf16 / f16 or 4 f32 columns; one column with
-//          scalar loads when rows are not 16-byte vectors): 16 loads in
+//        * RhtAmaxKernel: a thread owns a 16-row panel of one 8-byte
+//          column vector (4 bf16 / f16 or 2 f32 columns; one column with
+//          scalar loads when rows are not 8-byte vectors): 16 loads in
 //          flight, then per column the RHT butterfly of
-//          nvfp4_quantize_cuda_device.cuh. It also takes the plain amax.
+//          nvfp4_quantize_cuda_math.cuh. It also takes the plain amax.
 // No kernel spills (ptxas -warn-spills is on in CMake).
 
 #include <cuda_runtime.h>
@@ -53,6 +53,7 @@ using namespace nvfp4;  // NOLINT: the device helpers of this op
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnroll = 4;  // AmaxKernel: 16-byte loads in flight per thread
+constexpr int kRhtAmaxBlocksPerSm = 4;  // RhtAmaxKernel: <= 64 registers
 
 struct AmaxParams {
   const void* x;
@@ -151,13 +152,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// kVector: a thread's columns are one 16-byte vector of kVec elements (W %
-// kVec == 0, x 16-byte aligned); otherwise one column, scalar loads.
+// kVector: a thread's columns are one 8-byte vector of kVec / 2 elements
+// (W % (kVec / 2) == 0, x 8-byte aligned); otherwise one column, scalar
+// loads. Half a 16-byte vector per item keeps a panel in 32 registers: 4 CTAs
+// per SM (with 16-byte items, 111 registers and 2 CTAs per SM, whose warps
+// mostly computed at the same time and left DRAM at 75%).
 template <typename In, bool kVector>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kRhtAmaxBlocksPerSm)
     RhtAmaxKernel(const __grid_constant__ AmaxParams p) {
   using Storage = typename In::Storage;
-  constexpr int kCols = kVector ? In::kVec : 1;
+  constexpr int kCols = kVector ? In::kVec / 2 : 1;
   __shared__ uint32_t scratch[kWarps];
   AllowDependentGrids();  // the quantize kernel waits for our completion
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
@@ -175,14 +179,12 @@ __global__ void __launch_bounds__(kThreads)
       // Panel rows are 16 panel .. 16 panel + 15 of the (A * K) x W rows.
       const Storage* src = x + panel * kB * p.width + column;
       if constexpr (kVector) {
-        uint32_t w[kB][4];
+        uint32_t w[kB][2];
 #pragma unroll
         for (int i = 0; i < kB; ++i) {
-          const uint4 r = LoadStreaming(src + i * p.width);
+          const uint2 r = LoadStreaming8(src + i * p.width);
           w[i][0] = r.x;
           w[i][1] = r.y;
-          w[i][2] = r.z;
-          w[i][3] = r.w;
         }
 #pragma unroll
         for (int e = 0; e < kCols; ++e) {
@@ -243,21 +245,21 @@ Nvfp4LaunchStatus Run(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
   const RhtMatrix m = MakeRhtMatrix(pr.rht_sign_mask);
   for (int i = 0; i < kRhtSize; ++i) p.rht_factor[i] = m.col[0][i];
   p.width = v.c * v.l;
-  const bool vector = p.width % In::kVec == 0 && IsAligned(buf.x, 16);
-  p.vectors = vector ? p.width / In::kVec : p.width;
+  const bool vector = p.width % (In::kVec / 2) == 0 && IsAligned(buf.x, 8);
+  p.vectors = vector ? p.width / (In::kVec / 2) : p.width;
   p.items = v.a * (v.k / kB) * p.vectors;
   p.narrow = p.items <= 0xFFFFFFFF;
   const int64_t want = CeilDiv(p.items, int64_t{kThreads});
   if (vector) {
     static const int per_sm =
-        ResidentBlocks(RhtAmaxKernel<In, true>, kThreads, 2);
+        ResidentBlocks(RhtAmaxKernel<In, true>, kThreads, kRhtAmaxBlocksPerSm);
     const int64_t room = std::max<int64_t>(1, SmCount() * per_sm / grid_y);
     return LaunchPdl(RhtAmaxKernel<In, true>,
                       dim3(GridSize(std::min(want, room)), grid_y), stream, p,
                       "launching RhtAmaxKernel");
   }
   static const int per_sm =
-      ResidentBlocks(RhtAmaxKernel<In, false>, kThreads, 2);
+      ResidentBlocks(RhtAmaxKernel<In, false>, kThreads, kRhtAmaxBlocksPerSm);
   const int64_t room = std::max<int64_t>(1, SmCount() * per_sm * 2 / grid_y);
   return LaunchPdl(RhtAmaxKernel<In, false>,
                     dim3(GridSize(std::min(want, room)), grid_y), stream, p,

@@ -355,6 +355,15 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
   return r;
 }
 
+// The same for 8 bytes.
+__device__ __forceinline__ uint2 LoadStreaming8(const void* p) {
+  uint2 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+               : "=r"(r.x), "=r"(r.y)
+               : "l"(p));
+  return r;
+}
+
 // Programmatic dependent launch (sm_90); no-ops without the launch attribute.
 __device__ __forceinline__ void WaitForPrerequisiteGrids() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
