@@ -20,6 +20,22 @@
 
 namespace eqx_quant::cuda::nvfp4 {
 
+// The scale byte with the smallest encode multiplier (448, E4M3's largest
+// finite value): a multiplier / 8 is exact for every scale byte of a tensor
+// scale iff it is for this byte's (false only for a global amax above 6 x
+// 2^123).
+constexpr uint32_t kSmallestMultiplierByte = 0x7E;
+
+// The block key (max |v| as an f32; a NaN if the block has one) of a rowwise
+// block of 16 16-bit values of type In held by this lane (w: 8 of them) and
+// lane ^ 1, which must call it too.
+template <typename In>
+__device__ __forceinline__ float HalfPairKey(const uint32_t (&w)[4]) {
+  uint32_t m = HalfMagnitudeMax(w);
+  m = MaxU16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+  return In::Convert(static_cast<typename In::Storage>(FoldHalves(m)));
+}
+
 // The code word of the 8 NaN-free 16-bit values of w (of type Elem) times the
 // encode multiplier: nibble e = FloatToE2M1(fl(v_e * enc)). kScaled: `enc`
 // is the multiplier / 8 (exact) and the magnitudes come in pairs
@@ -102,10 +118,7 @@ __device__ __forceinline__ uint32_t HalfRowCodes(const uint32_t (&w)[4],
                                                  const float* enc_table,
                                                  unsigned block_lanes,
                                                  uint32_t& sdb) {
-  uint32_t m = HalfMagnitudeMax(w);
-  m = MaxU16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
-  uint32_t key =
-      __float_as_uint(In::Convert(static_cast<uint16_t>(FoldHalves(m))));
+  uint32_t key = __float_as_uint(HalfPairKey<In>(w));
   const bool has_nan = key > kF32Inf;  // both lanes of the block agree
   float v[8];
   if (has_nan) {

@@ -135,9 +135,22 @@ __device__ __forceinline__ uint2 ColSrCodes(const float (&v)[kB], float enc,
                     E2M1StochasticWord8Signed(y1, r1));
 }
 
-// A panel in shared memory: [warp][row i][lane][16 bytes] (a warp's copies of
-// one row are 512 contiguous bytes); each thread reads back only its own.
-constexpr int kPanelBytes = kWarps * kB * 32 * 16;  // 64 KiB per CTA
+// The panels in shared memory: [warp][row i][lane][16 bytes] (a warp's
+// copies of one row are 512 contiguous bytes); each thread reads back only
+// its own until the colwise outputs are staged (StoreStagedColumns).
+constexpr int kPanelRowBytes = 32 * 16;
+constexpr int kPanelBytes = kWarps * kB * kPanelRowBytes;  // 64 KiB per CTA
+
+// Where a thread stages colwise column sub of a step in its word jw (a word
+// the step has consumed): the two code words in rows StagedCodeRow(sub) and
+// the next, the scale byte in row StagedScaleRow<kPerWord>(sub).
+__device__ __forceinline__ constexpr int StagedCodeRow(int sub) {
+  return 2 * sub;
+}
+template <int kPerWord>
+__device__ __forceinline__ constexpr int StagedScaleRow(int sub) {
+  return 2 * kPerWord + sub;
+}
 
 // Element `sub` of a word of In's storage (kVec / 4 elements per word).
 template <typename In>
@@ -150,8 +163,8 @@ __device__ __forceinline__ float ElementOfWord(uint32_t word, int sub) {
 // barrier: column c of vector v (CTA lane v) is line ex * W + (32 vg + v) *
 // kVec + c, whose 8 panels (warps) 8 g .. 8 g + 7 hold 64 contiguous code
 // bytes at line * AK / 2 + 64 g and 8 scale bytes at line * AK / 16 + 8 g.
-// Warp w, lane v staged column c = jw * kPerWord + sub in its word jw: the
-// codes in rows 2 sub and 2 sub + 1, the scale in row 2 kPerWord + sub.
+// Warp w, lane v staged column c = jw * kPerWord + sub in its word jw
+// (StagedCodeRow, StagedScaleRow).
 // Four threads write a line's 64 code bytes (16 each: two panels; whole
 // 32-byte sectors, where the per-thread 8-byte stores of the panels left
 // every sector to four CTAs' warps and made the kernel L2-bound), one thread
@@ -171,7 +184,8 @@ __device__ __forceinline__ void StoreStagedColumns(const PanelParams& p,
   // The staged word of (warp w, lane v, row, word jw).
   auto staged = [&](int w, int v, int row, int jw) {
     return *reinterpret_cast<const uint32_t*>(
-        panel_smem + w * (kB * 512) + row * 512 + v * 16 + 4 * jw);
+        panel_smem + w * (kB * kPanelRowBytes) + row * kPanelRowBytes +
+        v * 16 + 4 * jw);
   };
   // Line l = c * 32 + v (a warp: 8 lines of one column, 4 threads each).
 #pragma unroll 1
@@ -184,13 +198,14 @@ __device__ __forceinline__ void StoreStagedColumns(const PanelParams& p,
     if (vector >= p.vectors || 2 * k >= live_panels) continue;
     const int jw = c / kPerWord;
     const int sub = c % kPerWord;
-    const uint2 a = make_uint2(staged(2 * k, v, 2 * sub, jw),
-                               staged(2 * k, v, 2 * sub + 1, jw));
+    const int code_row = StagedCodeRow(sub);
+    const uint2 a = make_uint2(staged(2 * k, v, code_row, jw),
+                               staged(2 * k, v, code_row + 1, jw));
     const int64_t line = ex * p.width + vector * kVec + c;
     uint8_t* dst = p.col + line * line_bytes + (first_panel + 2 * k) * (kB / 2);
     if (2 * k + 1 < live_panels) {
-      const uint2 b = make_uint2(staged(2 * k + 1, v, 2 * sub, jw),
-                                 staged(2 * k + 1, v, 2 * sub + 1, jw));
+      const uint2 b = make_uint2(staged(2 * k + 1, v, code_row, jw),
+                                 staged(2 * k + 1, v, code_row + 1, jw));
       if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
         __stcs(reinterpret_cast<uint4*>(dst), make_uint4(a.x, a.y, b.x, b.y));
         continue;
@@ -205,7 +220,7 @@ __device__ __forceinline__ void StoreStagedColumns(const PanelParams& p,
     const int64_t vector = int64_t{vector_group} * 32 + v;
     if (vector >= p.vectors) continue;
     const int jw = c / kPerWord;
-    const int row = 2 * kPerWord + c % kPerWord;
+    const int row = StagedScaleRow<kPerWord>(c % kPerWord);
     const int64_t line = ex * p.width + vector * kVec + c;
     uint8_t* dst = p.col_scale + line * line_scales + first_panel;
     if (live_panels == kWarps && reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
@@ -249,8 +264,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
   const bool live = panel < p.panels && vector < p.vectors;
   const int64_t col0 = vector * kVec;  // first column, of W
   const int64_t elements = p.panels * kB * p.width;
-  // Row i of this thread's panel: 16 bytes at mine + i * 512.
-  uint8_t* const mine = panel_smem + (t / 32) * (kB * 512) + lane * 16;
+  // Row i of this thread's panel: 16 bytes at mine + i * kPanelRowBytes.
+  uint8_t* const mine =
+      panel_smem + (t / 32) * (kB * kPanelRowBytes) + lane * 16;
 
   for (int64_t ex = blockIdx.y; ex < p.batch; ex += gridDim.y) {
     // This thread's 16 rows: elements (16 panel + i) * W + col0 of example ex.
@@ -259,7 +275,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       const Storage* src = static_cast<const Storage*>(p.x) + first;
 #pragma unroll
       for (int i = 0; i < kB; ++i) {
-        AsyncCopy16(mine + i * 512, live ? src + i * p.width : p.x, live);
+        AsyncCopy16(mine + i * kPanelRowBytes, live ? src + i * p.width : p.x,
+                    live);
       }
       AsyncCommit();
     }
@@ -273,16 +290,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
                                             t < 128 ? row_t : col_t);
     enc_table[t / 128][t % 128] = enc;
     __syncthreads();
-    // kPacked: the multipliers / 8 where that is exact for every scale byte,
-    // i.e. for the smallest, byte 0x7E's (unless a global amax is above 6 x
-    // 2^123; see RowHalfKernel). Read from the table, so that no thread
+    // kPacked: the multipliers / 8 where that is exact for every scale byte
+    // (kSmallestMultiplierByte). Read from the table, so that no thread
     // divides again (those divisions' calls made ptxas spill).
     bool row_scaled = false;
     bool col_scaled = false;
     if constexpr (kPacked) {
-      row_scaled = EighthIsExact(enc_table[0][0x7E]);
-      col_scaled = EighthIsExact(enc_table[1][0x7E]);
-      __syncthreads();  // every thread has read byte 0x7E's entries
+      row_scaled = EighthIsExact(enc_table[0][kSmallestMultiplierByte]);
+      col_scaled = EighthIsExact(enc_table[1][kSmallestMultiplierByte]);
+      __syncthreads();  // every thread has read those entries
       if (t < 128 ? row_scaled : col_scaled) {
         enc_table[t / 128][t % 128] = MulRn(enc, 0.125f);
       }
@@ -325,7 +341,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       const bool scale_lane = lane % kLanesPerBlock == 0;
 #pragma unroll 1
       for (int i = 0; i < kB; ++i) {
-        const uint4 four = *reinterpret_cast<const uint4*>(mine + i * 512);
+        const uint4 four =
+            *reinterpret_cast<const uint4*>(mine + i * kPanelRowBytes);
         const uint32_t w[4] = {four.x, four.y, four.z, four.w};
         uint32_t sdb;
         uint32_t packed;  // this lane's kVec codes
@@ -401,7 +418,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       uint32_t words[kB];
 #pragma unroll
       for (int i = 0; i < kB; ++i) {
-        words[i] = *reinterpret_cast<const uint32_t*>(mine + i * 512 + 4 * jw);
+        words[i] = *reinterpret_cast<const uint32_t*>(
+            mine + i * kPanelRowBytes + 4 * jw);
       }
 #pragma unroll
       for (int sub = 0; sub < kPerWord; ++sub) {
@@ -469,12 +487,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
                                PackNibbles8(q[2], q[3]));
           }
         }
-        // Staged in this thread's words jw, consumed above: the codes in
-        // rows 2 sub and 2 sub + 1, the scale byte in row 2 kPerWord + sub.
+        // Staged in this thread's words jw, consumed above.
         uint32_t* const slot = reinterpret_cast<uint32_t*>(mine + 4 * jw);
-        slot[(2 * sub) * 128] = codes.x;
-        slot[(2 * sub + 1) * 128] = codes.y;
-        slot[(2 * kPerWord + sub) * 128] = sdb;
+        constexpr int kRowWords = kPanelRowBytes / 4;
+        slot[StagedCodeRow(sub) * kRowWords] = codes.x;
+        slot[(StagedCodeRow(sub) + 1) * kRowWords] = codes.y;
+        slot[StagedScaleRow<kPerWord>(sub) * kRowWords] = sdb;
       }
     }
     __syncthreads();  // every panel's colwise outputs are staged

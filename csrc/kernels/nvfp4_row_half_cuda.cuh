@@ -114,15 +114,12 @@ template <typename In, bool kScaled, bool kWhole>
 __device__ __forceinline__ void RowHalfStep(
     const uint4 (&raw)[kRowHalfUnroll], const float* enc_table, float factor,
     uint32_t* out, uint8_t* scale, bool even, int valid) {
-  using Storage = typename In::Storage;
   float key[kRowHalfUnroll];  // the blocks' max |x| (NaN: a NaN)
   bool has_nan = false;
 #pragma unroll
   for (int u = 0; u < kRowHalfUnroll; ++u) {
     const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-    uint32_t m = HalfMagnitudeMax(w);
-    m = MaxU16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
-    key[u] = In::Convert(static_cast<Storage>(FoldHalves(m)));
+    key[u] = HalfPairKey<In>(w);
     has_nan |= __float_as_uint(key[u]) > kF32Inf;
   }
   if (__any_sync(0xFFFFFFFFu, has_nan)) {
@@ -246,8 +243,9 @@ __global__ void __launch_bounds__(kRowHalfThreads, kRowHalfBlocksPerSm)
     const RowHalfLane lane = RowHalfLaneOf(p, ex);
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[ex]);
     // enc / 8 is exact for every scale byte unless the smallest multiplier
-    // (scale byte 0x7E, 448) is below 2^-123: a global amax above 6 x 2^123.
-    const bool scaled = EighthIsExact(Nvfp4EncodeMultiplier(0x7E, ts));
+    // is below 2^-123 (kSmallestMultiplierByte).
+    const bool scaled =
+        EighthIsExact(Nvfp4EncodeMultiplier(kSmallestMultiplierByte, ts));
     FillEncodeTable(enc_table, ts, scaled);
     const float factor = ts.factor;
     auto run = [&](auto scaled_tag) {  // std::bool_constant of `scaled`

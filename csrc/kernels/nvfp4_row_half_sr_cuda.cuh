@@ -92,16 +92,13 @@ __device__ __forceinline__ void RowHalfSrStep(
     const RowHalfSrParams& p, const RowSrIndex& index, uint32_t key0,
     uint32_t key1, int64_t vector, uint32_t* out, uint8_t* scale, bool even,
     int valid) {
-  using Storage = typename In::Storage;
   uint32_t key[kRowHalfUnroll];  // bits of the blocks' max |x| (NaN: a NaN)
   bool has_nan[kRowHalfUnroll];
   bool any_nan = false;
 #pragma unroll
   for (int u = 0; u < kRowHalfUnroll; ++u) {
     const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-    uint32_t m = HalfMagnitudeMax(w);
-    m = MaxU16x2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
-    key[u] = __float_as_uint(In::Convert(static_cast<Storage>(FoldHalves(m))));
+    key[u] = __float_as_uint(HalfPairKey<In>(w));
     has_nan[u] = key[u] > kF32Inf;
     any_nan |= has_nan[u];
   }
