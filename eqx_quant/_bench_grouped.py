@@ -5,7 +5,9 @@ The hand-written version is what a user would write without eqx_quant: rowwise M
 whole matrix (a rowwise block never crosses a group), each group's scales gathered into its
 padded, swizzled region; for the colwise copy, the rows scattered into a buffer where every
 group starts at a multiple of 32 (so that blocks do not straddle groups), quantized colwise
-there and gathered back.
+there and gathered back. NVFP4 likewise with blocks of 16 and each group's global scale from
+its own amax (a segment max); its colwise codes are left in the group-padded row order (the
+per-group transpose of the op would add one more gather, so XLA's figure is a lower bound).
 """
 
 import jax
@@ -13,7 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 
 
-OPS = ("grouped_mxfp8_row", "grouped_mxfp8_rowcol", "grouped_dbias")
+OPS = (
+    "grouped_mxfp8_row",
+    "grouped_mxfp8_rowcol",
+    "grouped_nvfp4_row",
+    "grouped_nvfp4_rowcol",
+    "grouped_dbias",
+)
 # Fractions of M per group (8 groups); the last group takes the remainder.
 _SHARES = (0.0916, 0.1648, 0.116, 0.1892, 0.061, 0.1404, 0.1038)
 
@@ -30,7 +38,10 @@ def ours(op: str, m: int) -> tuple:
     if op == "grouped_dbias":
         return lambda x, scale: eqq.grouped_dbias(x, sizes, check=False, impl="ffi")
     layout = eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
-    q = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
+    if "nvfp4" in op:
+        q = eqq.NVFP4Quantizer(q_layout=layout)
+    else:
+        q = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
     return lambda x, scale: eqq.grouped_quantize(x, sizes, q, check=False, impl="ffi")
 
 
@@ -53,6 +64,15 @@ def _swizzled_gather(m: int, cols: int, sizes: np.ndarray) -> np.ndarray:
     return table
 
 
+def _nvfp4_blocks(xb, s_enc, axis: int):
+    """(E2M1 codes, E4M3 scales) of the blocks of 16 along `axis` of a 3-D f32 `xb`, with the
+    global encode scale `s_enc` broadcastable against the block amaxes."""
+    amax = jnp.max(jnp.abs(xb), axis=axis, keepdims=True)
+    sdb = (amax * (s_enc / 6.0)).astype(jnp.float8_e4m3fn)
+    enc = 1.0 / (sdb.astype(jnp.float32) / s_enc)
+    return jnp.clip(xb * enc, -6.0, 6.0).astype(jnp.float4_e2m1fn), sdb
+
+
 def xla(op: str, m: int, n: int):
     from .bench import _mxfp8_blocks
 
@@ -66,13 +86,36 @@ def xla(op: str, m: int, n: int):
             return summed.astype(x.dtype)
 
         return dbias
-    row_table = jnp.asarray(_swizzled_gather(m, n // 32, sizes))
-    aligned = -(-sizes // 32) * 32
+    block = 16 if "nvfp4" in op else 32
+    row_table = jnp.asarray(_swizzled_gather(m, n // block, sizes))
+    aligned = -(-sizes // block) * block
     padded_rows = int(aligned.sum())
     padded_starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
     to_padded = jnp.asarray(
         np.concatenate([ps + np.arange(s) for ps, s in zip(padded_starts, sizes)])
     )
+
+    segments = jnp.asarray(np.repeat(np.arange(len(sizes)), sizes))
+    padded_segments = jnp.asarray(np.repeat(np.arange(len(sizes)), aligned))
+
+    def grouped_nvfp4(x, scale):
+        del scale
+        xf = x.astype(jnp.float32)
+        amax = jax.ops.segment_max(jnp.max(jnp.abs(xf), axis=1), segments, len(sizes))
+        s_enc = 2688.0 / amax
+        row, row_scale = _nvfp4_blocks(xf.reshape(m, n // 16, 16), s_enc[segments, None, None], 2)
+        flat = jnp.concatenate([row_scale.reshape(-1), jnp.zeros((1,), row_scale.dtype)])
+        out = {"row": row.reshape(m, n), "row_scale": flat[row_table]}
+        if op.endswith("rowcol"):
+            padded = jnp.zeros((padded_rows, n), jnp.float32).at[to_padded].set(xf)
+            block_s_enc = s_enc[padded_segments[::16], None, None]
+            col, col_scale = _nvfp4_blocks(padded.reshape(-1, 16, n), block_s_enc, 1)
+            out["col"] = col.reshape(padded_rows, n)[to_padded]
+            out["col_scale"] = col_scale
+        return out
+
+    if "nvfp4" in op:
+        return grouped_nvfp4
 
     def grouped(x, scale):
         del scale
@@ -92,6 +135,9 @@ def xla(op: str, m: int, n: int):
 def bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
     if op == "grouped_dbias":
         return m * n * itemsize + (len(_SHARES) + 1) * n * itemsize
+    if "nvfp4" in op:  # the amax pass and the quantize pass read x; codes and E4M3 scales
+        parts = 2 if op.endswith("rowcol") else 1
+        return 2 * m * n * itemsize + parts * (m * n // 2 + m * n // 16)
     total = m * n * itemsize + m * n + m * n // 32
     if op.endswith("rowcol"):
         total += m * n + m * n // 32

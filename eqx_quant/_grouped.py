@@ -38,7 +38,7 @@ from ._quantizer import (
     NVFP4Quantizer,
 )
 from ._quantizer._grouped_delayed import GroupedDelayedScaleQuantizer
-from .reference import _grouped, _mx, _nvfp4
+from .reference import _grouped, _mx
 
 
 def _check_group_sizes(fn: str, x, group_sizes) -> int:
@@ -229,8 +229,8 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
             x2d, amax, keys, group_sizes, params=params
         )
         e4m3 = functools.partial(_mx.from_byte_view, dtype=jnp.float8_e4m3fn)
-        rows = (_nvfp4.e2m1_from_codes(row), e4m3(row_s), amax, "N", False)
-        cols = (_nvfp4.e2m1_from_codes(col), e4m3(col_s), amax, "T", True)
+        rows = (row, e4m3(row_s), amax, "N", False)
+        cols = (col, e4m3(col_s), amax, "T", True)
     tensor = GroupedScaledTensor(
         rowwise=part(*rows) if layout.has_rowwise else None,
         colwise=part(*cols) if layout.has_colwise else None,

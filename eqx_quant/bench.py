@@ -26,9 +26,11 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `nvfp4_sr_row`: NVFP4 1D rowwise with stochastic rounding (counter-based Threefry bits);
 - `nvfp4_rht_sr_rowcol`: `nvfp4_rht_rowcol` with stochastic rounding in both copies (how
   NVFP4 training recipes quantize gradients).
-- `grouped_mxfp8_row`, `grouped_mxfp8_rowcol`, `grouped_dbias`: the M rows in 8 ragged
-  groups (`eqx_quant/_bench_grouped.py`), per-group swizzled scales, blocks aligned to each
-  group's start.
+- `nvfp4_2d_rowcol`: NVFP4 with one scale per 16x16 tile (how NVFP4 recipes quantize
+  weights), rowwise plus the transposed colwise copy (the exact transpose of the rowwise codes).
+- `grouped_mxfp8_row`, `grouped_mxfp8_rowcol`, `grouped_nvfp4_row`, `grouped_nvfp4_rowcol`,
+  `grouped_dbias`: the M rows in 8 ragged groups (`eqx_quant/_bench_grouped.py`), per-group
+  swizzled scales, blocks aligned to each group's start (NVFP4: one amax per group).
 
 Timing, on a GPU (CUDA events, device time): `_kernels_cuda.so` also holds tiny FFI targets
 (csrc/ffi/bench_events_cuda.cu): `eqx_quant_bench_event_cuda` records a CUDA event of a fixed
@@ -104,6 +106,7 @@ OPS = (
     "nvfp4_rht_rowcol",
     "nvfp4_sr_row",
     "nvfp4_rht_sr_rowcol",
+    "nvfp4_2d_rowcol",
 ) + _bench_grouped.OPS
 DEFAULT_SIZES = ("1024", "4096", "8192", "16384x4096")
 FP8_MAX = 448.0
@@ -135,7 +138,10 @@ def _ours(op: str) -> Callable:
         return lambda x, scale: eqq.quantize(x, block_quantizer, impl="ffi")
     if op.startswith("nvfp4"):
         nv = eqq.NVFP4Quantizer(
-            q_layout=layout, use_rht="rht" in op, stochastic_rounding="_sr_" in op
+            q_layout=layout,
+            use_2d="_2d_" in op,
+            use_rht="rht" in op,
+            stochastic_rounding="_sr_" in op,
         )
         key = jax.random.key(0) if nv.stochastic_rounding else None
         return lambda x, scale: eqq.quantize(x, nv, key=key, impl="ffi")
@@ -185,6 +191,19 @@ def _nvfp4_rows(x):
     return q.reshape(m, n), jnp.squeeze(sdb, -1)
 
 
+def _nvfp4_tiles(x):
+    """(E2M1 data, E4M3 scales per row) of a 2-D `x`, 16x16 tiles, TE's formulas in plain jnp."""
+    m, n = x.shape
+    xb = x.astype(jnp.float32).reshape(m // 16, 16, n // 16, 16)
+    s_enc = 2688.0 / jnp.max(jnp.abs(xb))
+    tile_amax = jnp.max(jnp.abs(xb), axis=(1, 3), keepdims=True)
+    sdb = (tile_amax * (s_enc / 6.0)).astype(jnp.float8_e4m3fn)
+    enc = 1.0 / (sdb.astype(jnp.float32) / s_enc)
+    q = jnp.clip(xb * enc, -6.0, 6.0).astype(jnp.float4_e2m1fn)
+    scales = jnp.broadcast_to(sdb, (m // 16, 16, n // 16, 1)).reshape(m, n // 16)
+    return q.reshape(m, n), scales
+
+
 def _rht16(x):
     """The 16-point Hadamard transform along the last axis (bf16 result), as a matmul."""
     h = jnp.array([[(-1.0) ** bin(i & j).count("1") for j in range(16)] for i in range(16)])
@@ -202,6 +221,11 @@ def _xla(op: str) -> Callable:
             if "_sr_" in op:  # SR by adding uniform noise of one grid step before rounding
                 noise = jax.random.uniform(jax.random.key(0), x.shape, jnp.float32, -0.25, 0.25)
                 x = (x.astype(jnp.float32) + noise * jnp.abs(x.astype(jnp.float32))).astype(x.dtype)
+            if "_2d_" in op:
+                row, row_scale = _nvfp4_tiles(x)
+                col_scale = row_scale.reshape(-1, 16, row_scale.shape[1])[:, 0].T
+                col_scale = jnp.repeat(col_scale, 16, axis=0)  # (n, m / 16)
+                return dict(row=row, row_scale=row_scale, col=row.T, col_scale=col_scale)
             out = dict(zip(("row", "row_scale"), _nvfp4_rows(x)))
             if transposed:
                 out.update(zip(("col", "col_scale"), _nvfp4_rows(_rht16(x.T))))
@@ -248,7 +272,9 @@ def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
         # byte) and one E4M3 scale per 16 are written.
         total = 2 * m * n * itemsize + m * n // 2 + m * n // 16
         if op.endswith("rowcol"):
-            total += m * n * itemsize + m * n // 2 + m * n // 16  # RHT amax pass, colwise copy
+            total += m * n // 2 + m * n // 16  # the colwise copy
+            if "rht" in op:
+                total += m * n * itemsize  # the RHT amax pass
         return total
     if op.startswith("mxfp8"):
         total += m * n // 32  # E8M0 row scales

@@ -3,6 +3,10 @@ tests) and writes the rows it promises, grouped cases included."""
 
 import json
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from eqx_quant import bench
 
 
@@ -13,7 +17,9 @@ def test_bench_runs_and_writes_json(tmp_path):
         "mxfp8_rowcol",
         "mxfp8_dbias_row",
         "mxfp8_dbias_rowcol",
+        "nvfp4_2d_rowcol",
         "grouped_mxfp8_rowcol",
+        "grouped_nvfp4_rowcol",
         "grouped_dbias",
     ]
     assert bench.main(["--sizes", "128x64", "--reps", "1", "--ops", *ops, "--json", str(out)]) == 0
@@ -30,3 +36,33 @@ def test_grouped_bench_sizes_are_ragged_and_sum_to_m():
         sizes = bench._bench_grouped.group_sizes(m)
         assert len(sizes) == 8 and sizes.sum() == m and (sizes >= 0).all()
     assert (bench._bench_grouped.group_sizes(16384) % 32 != 0).any()
+
+
+def _bits(a):
+    if a.dtype == jnp.float4_e2m1fn:
+        a = a.astype(jnp.float32)  # exact, the sign of zero kept
+    return np.asarray(a).view(np.uint8)
+
+
+def test_hand_written_nvfp4_versions_compute_the_same_op():
+    """The benchmark's jnp versions of the NVFP4 2D and grouped ops give our op's values (on
+    inputs without NaN / subnormal corner cases), so the speedups compare like with like. On
+    the CPU: XLA on a GPU divides inexactly (docs/perf_anchors), so there the jnp versions
+    are the same op up to the last bit of some scales."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        _check_hand_written_nvfp4()
+
+
+def _check_hand_written_nvfp4():
+    x = (jax.random.normal(jax.random.key(3), (256, 128)) * 3).astype(jnp.bfloat16)
+    ours = bench._ours("nvfp4_2d_rowcol")(x, None)
+    xla = bench._xla("nvfp4_2d_rowcol")(x, None)
+    pairs = [(ours.rowwise.data, xla["row"]), (ours.rowwise.scale_inv, xla["row_scale"]),
+             (ours.colwise.data, xla["col"]), (ours.colwise.scale_inv, xla["col_scale"])]
+    grouped = bench._bench_grouped
+    ours = grouped.ours("grouped_nvfp4_rowcol", 256)(x, None)
+    xla = grouped.xla("grouped_nvfp4_rowcol", 256, 128)(x, None)
+    pairs += [(ours.rowwise.data, xla["row"]), (ours.rowwise.scale_inv, xla["row_scale"])]
+    for i, (a, b) in enumerate(pairs):
+        assert a.shape == b.shape, i
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=str(i))

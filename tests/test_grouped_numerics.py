@@ -288,3 +288,25 @@ def test_nd_group_part():
     gt = run(x, sizes, "nvfp4_sr", L.ROWWISE_COLWISE, "ffi", fa=fa)
     r, n, u = og.view_2d(shape, fa)
     _check_group_parts(gt, x.reshape(r, n), sizes, "nvfp4_sr", L.ROWWISE_COLWISE, u=u)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_group_amax_both_paths(monkeypatch, masked):
+    """The per-group amax of current scaling and NVFP4: a max over a mask of each group's rows
+    for small G x R, a segment max above; both NaN-ignoring, 0 for empty groups, rows past
+    the sum ignored, exact for subnormals."""
+    from eqx_quant.reference import _grouped
+
+    monkeypatch.setattr(_grouped, "_MASKED_GROUP_MAX_PAIRS", 1 << 30 if masked else 0)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 24)).astype(np.float32)
+    x[3, 5], x[17, 0], x[30, 2] = np.nan, -np.inf, 1e30  # row 30 is past the groups' sum
+    x[20:26] = 1e-42 * rng.standard_normal((6, 24))  # a group of subnormals only
+    sizes = np.array([10, 0, 10, 6, 3], np.int32)  # sum 29 of 40 rows
+    got = jax.jit(lambda x, s: _grouped.group_amax(x, s, rows_per_unit=1))(x, sizes)
+    want, start = [], 0
+    for size in sizes:
+        rows = np.abs(x[start : start + size])
+        want.append(np.nanmax(rows) if size else 0.0)
+        start += size
+    f32_bits_equal(np.asarray(got), np.asarray(want, np.float32), "group amax")

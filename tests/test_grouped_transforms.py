@@ -74,13 +74,16 @@ def test_nvfp4_keys_only_with_sr(name):
     assert f"tensor<{keys}>" in calls[0], calls[0]
 
 
+@pytest.mark.parametrize("impl", sorted({IMPL, "reference"}))
 @pytest.mark.parametrize("name", ["current", "mxfp8", "nvfp4"])
-def test_vmap_is_per_problem(name):
-    """vmap over a batch of independent grouped problems (own x and own sizes each)."""
+def test_vmap_is_per_problem(name, impl):
+    """vmap over a batch of independent grouped problems (own x and own sizes each). The
+    reference too: its batched NVFP4 call without stochastic rounding has empty (B, G, 0)
+    keys."""
     q = QUANTIZERS[name]()
     xs = jnp.stack([_inputs(seed=s)[0] for s in range(3)])
     sizes = jnp.asarray([SIZES, SIZES[::-1], (256, 0, 0, 0, 0, 0, 0)], jnp.int32)
-    batched = jax.vmap(lambda x, s: eqq.grouped_quantize_dbias(x, s, q, impl=IMPL))(xs, sizes)
+    batched = jax.vmap(lambda x, s: eqq.grouped_quantize_dbias(x, s, q, impl=impl))(xs, sizes)
     for i in range(3):
         one = eqq.grouped_quantize_dbias(xs[i], sizes[i], q, impl=IMPL)
         assert_same(jax.tree.map(lambda a: a[i], batched), one, f"{name} example {i}")

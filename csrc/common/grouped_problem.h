@@ -90,10 +90,13 @@ struct GroupedNvfp4QuantizeBuffers {
   const float* amax = nullptr;           // batch x G
   const uint32_t* keys = nullptr;        // batch x G x 2
   const int32_t* group_sizes = nullptr;  // batch x G
-  uint8_t* row = nullptr;        // batch x R x N E2M1 codes, if rowwise
+  // row / col hold E2M1 codes packed two per byte, as XLA stores F4E2M1FN:
+  // flat element i (batch included) is nibble i % 2 (0 = low) of byte i / 2,
+  // so an example or a group may start in the middle of a byte.
+  uint8_t* row = nullptr;        // batch x R x N codes, if rowwise
   uint8_t* row_scale = nullptr;  // batch x row_scale_bytes, if rowwise
-  uint8_t* col = nullptr;        // batch x R*N (group g: N x rows_g at
-                                 // start_g * N), if colwise
+  uint8_t* col = nullptr;        // batch x R*N codes (group g: N x rows_g
+                                 // at start_g * N), if colwise
   uint8_t* col_scale = nullptr;  // batch x col_scale_bytes, if colwise
 };
 

@@ -56,11 +56,6 @@ struct Nvfp4QuantizeProblem {
   bool stochastic_rounding = false;
   // The unsharded S (for the stochastic-rounding index), n entries.
   std::vector<int64_t> global_shape;
-  // How row / col hold the codes: false, one code per byte (the grouped CPU
-  // kernel's per-group calls); true, packed two per byte as XLA stores
-  // F4E2M1FN (flat element i of the buffer in nibble i % 2, 0 = low, of byte
-  // i / 2).
-  bool packed_codes = false;
 };
 
 // The strides of the stochastic-rounding indices (docs/block_formats.md) in
@@ -88,8 +83,9 @@ inline void Nvfp4SrStrides(const std::vector<int64_t>& global_shape,
 }
 
 // Data pointers of one eqx_quant_nvfp4_quantize call; per-example blocks are
-// contiguous. Codes are E2M1 codes (0..15), one per byte or two per byte
-// (Nvfp4QuantizeProblem::packed_codes); scales E4M3 bytes.
+// contiguous. Codes are E2M1 codes (0..15) packed two per byte as XLA stores
+// F4E2M1FN (flat element i of the buffer in nibble i % 2, 0 = low, of byte
+// i / 2); scales E4M3 bytes.
 struct Nvfp4QuantizeBuffers {
   const void* x = nullptr;            // batch x (A, K, C, L), of InputType
   const float* amax = nullptr;        // batch: rowwise global amax
@@ -100,6 +96,10 @@ struct Nvfp4QuantizeBuffers {
   uint8_t* row_scale = nullptr;       // batch x (A, K, C, ceil(L/16))
   uint8_t* col = nullptr;             // batch x (C, L, A, K)
   uint8_t* col_scale = nullptr;       // batch x (C, L, A, ceil(K/16))
+  // With packed codes: the element of row / col where example 0's codes
+  // start (odd: in a high nibble). The CPU kernel's grouped calls set it;
+  // the FFI handlers and the CUDA kernels use 0.
+  int64_t code_first = 0;
 };
 
 }  // namespace eqx_quant

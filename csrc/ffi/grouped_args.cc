@@ -311,8 +311,9 @@ ffi::ErrorOr<GroupedNvfp4QuantizeProblem> CheckGroupedNvfp4QuantizeOperands(
   const std::vector<int64_t> rn = {v.rows, v.cols};
   const std::vector<int64_t> flat = {v.rows * v.cols};
   if (attrs.rowwise) {
-    if (auto error = check.Type("row", row.element_type(), ffi::DataType::U8,
-                                "u8 (E2M1 codes)")) {
+    if (auto error = check.Type("row", row.element_type(),
+                                ffi::DataType::F4E2M1FN,
+                                "f4e2m1fn (packed E2M1 codes)")) {
       return *error;
     }
   }
@@ -322,8 +323,9 @@ ffi::ErrorOr<GroupedNvfp4QuantizeProblem> CheckGroupedNvfp4QuantizeOperands(
     return *error;
   }
   if (attrs.colwise) {
-    if (auto error = check.Type("col", col.element_type(), ffi::DataType::U8,
-                                "u8 (E2M1 codes)")) {
+    if (auto error = check.Type("col", col.element_type(),
+                                ffi::DataType::F4E2M1FN,
+                                "f4e2m1fn (packed E2M1 codes)")) {
       return *error;
     }
   }

@@ -31,12 +31,15 @@
 //   Arg 1  amax         F32                   Bt + (G,)
 //   Arg 2  keys         U32                   Bt + (G, 2)  (Bt + (G, 0) without SR)
 //   Arg 3  group_sizes  S32                   Bt + (G,)
-//   Ret 0  row          U8 (E2M1 codes)       Bt + (R, N) if rowwise, else (0,)
+//   Ret 0  row          F4E2M1FN              Bt + (R, N) if rowwise, else (0,)
 //   Ret 1  row_scale    U8 (E4M3)             Bt + (Lr,) if rowwise, else (0,)
-//   Ret 2  col          U8 (E2M1 codes)       Bt + (R*N,) if colwise, else (0,)
+//   Ret 2  col          F4E2M1FN              Bt + (R*N,) if colwise, else (0,)
 //   Ret 3  col_scale    U8 (E4M3)             Bt + (Lc,) if colwise, else (0,)
 //   Attrs  n_batch: int64, rows_per_unit: int64, rowwise: bool,
 //          colwise: bool, use_2d: bool, stochastic_rounding: bool
+//   The F4E2M1FN buffers are packed as eqx_quant_nvfp4_quantize's
+//   (nvfp4_binding.h): flat element i (batch dims included) is nibble i % 2
+//   (0 = low) of byte i / 2.
 //
 // eqx_quant_grouped_dbias:
 //   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)

@@ -245,7 +245,6 @@ ffi::ErrorOr<Nvfp4QuantizeProblem> CheckNvfp4QuantizeOperands(
   problem.stochastic_rounding = attrs.stochastic_rounding;
   problem.global_shape.assign(attrs.global_shape.begin(),
                               attrs.global_shape.end());
-  problem.packed_codes = true;  // row / col are F4E2M1FN buffers
   return problem;
 }
 

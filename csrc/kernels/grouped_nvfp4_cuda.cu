@@ -20,10 +20,20 @@
 //     columns past N are 0: zero padding changes no block amax);
 //   * colwise / 2D phase: thread (kb, j) = (t / 64, t % 64) reads rows
 //     16 kb .. 16 kb + 15 of column j; 2D: the 16x16 tile amax is a 16-lane
-//     shuffle, published for the rowwise phase; colwise: scale byte, codes,
-//     16 codes of the T row of column j, one scale byte;
+//     shuffle, published for the rowwise phase; colwise: the scale byte and
+//     the 16 codes of the T row of column j;
 //   * rowwise phase: thread (r, lb) = (t % 64, t / 64) encodes columns
-//     16 lb .. 16 lb + 15 of row r.
+//     16 lb .. 16 lb + 15 of row r;
+//   * both phases stage their packed codes (8 bytes a block) and scale bytes
+//     in shared memory, and after a barrier the CTA writes them out: a warp
+//     per row / T row of the tile, one destination byte per lane (the run of
+//     up to 64 codes is 32 or 33 bytes at any nibble offset: rows_g and N are
+//     arbitrary), and the 4 scale bytes of a row / T row as one word. A
+//     thread per block storing its own 16 codes and scale byte instead wrote
+//     byte by byte at unaligned T rows, 32 lines per warp store: the kernel
+//     was bound by L2 store requests (79% busy, DRAM 6%).
+// The codes are packed two per byte (F4E2M1FN); a byte shared with another
+// tile's run (an odd start or end) is written by nibble, atomically.
 // The encode multipliers of the 128 scale bytes of the group are a shared
 // table. Shared element (r, c) is at r * 65 + c: conflict-free both ways.
 
@@ -56,10 +66,21 @@ using nvfp4::kF32Inf;
 using nvfp4::MulRn;
 using nvfp4::NanFreeKey;
 using nvfp4::RawKey;
-using nvfp4::StoreCodes;
+using nvfp4::PackNibbles8;
+using nvfp4::StoreNibble;
+using nvfp4::LoadStreaming;
+using nvfp4::Unpack;
 
 constexpr int kTile = 64;  // tile rows and columns
 constexpr int kPitch = kTile + 1;
+// Staged codes: a row (or T row) of the tile is 64 codes = 32 bytes, block b
+// at bytes 8 b; rows 40 bytes apart, so that a warp's 8-byte staging stores
+// (lanes = consecutive rows, one block) take the minimum 2 wavefronts.
+constexpr int kRunBytes = kTile / 2;
+// Column tiles per CTA (the launch's grid.y covers ceil(col_tiles / this)):
+// LocateTile and the encode table are found once for all of them.
+constexpr int64_t kColTilesPerCta = 4;
+constexpr int kStagePitch = kRunBytes + 8;
 
 struct Nvfp4Params {
   const void* x;
@@ -80,6 +101,7 @@ struct Nvfp4Params {
   int64_t col_tiles;    // ceil(N / 64)
   int64_t group_units;  // W(R, G, 64)
   bool use_2d;
+  bool vec_load;  // N % In::kVec == 0 and x 16-byte aligned: 16-byte loads
 };
 
 // The SR index of element (i, n) of a group's (rows, cols) matrix, row-major,
@@ -92,16 +114,54 @@ __device__ __forceinline__ uint64_t SrIndex(int64_t i, int64_t n,
          static_cast<uint64_t>(static_cast<uint32_t>(n));
 }
 
+// One warp writes a run of `count` (<= 64) codes to the elements e0 ..
+// e0 + count - 1 of the packed buffer `base`: code c is nibble c % 2 of
+// staged[c / 2] (staged == nullptr: zeros). Lane l writes destination bytes
+// l and l + 32 of the run; a byte shared with a neighbouring run (the first
+// byte when e0 is odd, the last when e0 + count is odd) by nibble.
+__device__ __forceinline__ void WarpStoreRun(uint8_t* base, int64_t e0,
+                                             int count, const uint8_t* staged,
+                                             int lane) {
+  const int s = static_cast<int>(e0 & 1);  // nibble of code 0 in byte 0
+  uint8_t* dst = base + (e0 >> 1);
+  const int bytes = (s + count + 1) / 2;
+  for (int b = lane; b < bytes; b += 32) {
+    // Byte b holds codes 2b - s (low nibble) and 2b - s + 1 (high nibble).
+    const bool own_low = b > 0 || s == 0;
+    const bool own_high = 2 * b - s + 1 < count;
+    uint32_t value = 0;
+    if (staged != nullptr) {
+      value = s == 0 ? staged[b]
+                     : (own_low ? staged[b - 1] >> 4 : 0u) |
+                           (own_high ? (staged[b] & 0xFu) << 4 : 0u);
+    }
+    if (own_low && own_high) {
+      dst[b] = static_cast<uint8_t>(value);
+    } else {
+      StoreNibble(dst + b, own_high, own_high ? value >> 4 : value & 0xFu);
+    }
+  }
+}
+
 template <typename In, bool kRow, bool kCol, bool kSr>
 __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
     Nvfp4TileKernel(const __grid_constant__ Nvfp4Params p) {
   using Storage = typename In::Storage;
+  constexpr int kVec = In::kVec;  // elements per 16-byte vector
+  constexpr int kVecPerRow = kTile / kVec;
+  constexpr int kVecPerThread = kTile * kVecPerRow / kThreads;
   __shared__ float tile[kTile * kPitch];
   __shared__ uint32_t tile_key[kTile / kB][kTile / kB];
   __shared__ float enc_table[128];
   __shared__ LocateShared sh;
+  // The tile's packed codes and scale bytes: [0] rowwise (row r), [1]
+  // colwise (T row j); scale byte b of a row is block b.
+  __shared__ __align__(8) uint8_t staged_codes[2][kTile][kStagePitch];
+  __shared__ uint32_t staged_scales[2][kTile];
 
   const int t = threadIdx.x;
+  const int lane = t % 32;
+  const int warp = t / 32;
   const int64_t R = p.rows;
   const int64_t N = p.cols;
   const int64_t G = p.groups;
@@ -109,67 +169,110 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
   const int64_t elements = R * N;
 
   for (int64_t ex = blockIdx.z; ex < p.batch; ex += gridDim.z) {
-    for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
-      const int32_t* sizes = p.group_sizes + ex * G;
-      const int64_t col0 = ct * kTile;
+    const int32_t* sizes = p.group_sizes + ex * G;
+    if (unit >= p.group_units) {  // a tail unit: zeros, a warp per row
+      const int64_t end = GroupsEnd(sizes, G, p.rs, sh.warp_sums);
+      const int64_t first = end + (unit - p.group_units) * kTile;
+      const int64_t last = min(R, first + kTile);
+      for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
+        const int64_t col0 = ct * kTile;
+        const int width = static_cast<int>(min(int64_t{kTile}, N - col0));
+        for (int64_t r = first + warp; r < last; r += kWarps) {
+          const int64_t e0 = ex * elements + r * N + col0;
+          if (kRow) WarpStoreRun(p.row, e0, width, nullptr, lane);
+          if (kCol) WarpStoreRun(p.col, e0, width, nullptr, lane);
+        }
+      }
+      continue;
+    }
 
-      if (unit >= p.group_units) {  // a tail unit
-        const int64_t end = GroupsEnd(sizes, G, p.rs, sh.warp_sums);
-        const int64_t first = end + (unit - p.group_units) * kTile;
-        const int64_t last = min(R, first + kTile);
-        const int64_t width = min(int64_t{kTile}, N - col0);
-        if (first < last && width > 0) {
-          if (kRow) {
-            ZeroRows<kTile>(p.row + ex * elements, N, first, last, col0, width);
-          }
-          if (kCol) {
-            ZeroRows<kTile>(p.col + ex * elements, N, first, last, col0, width);
+    // The unit's group tile: the same for all of this CTA's column tiles.
+    RegionSpec regions;
+    regions.rowwise = kRow;
+    regions.colwise = kCol;
+    regions.block = grouped::kNvfp4Block;
+    LocateTile<kTile>(sizes, G, p.rs, N, regions, unit, sh);
+    const GroupTile& gt = sh.found;  // read where used: fewer registers
+    if (gt.group < 0) continue;
+    const int64_t first_local = gt.tile * kTile;  // in the group
+    const int64_t row0 = gt.start + first_local;  // in the example
+    const int tile_rows =
+        static_cast<int>(min(int64_t{kTile}, gt.rows - first_local));
+    const int64_t slot = ex * G + gt.group;
+
+    // The group's tensor scale (both parts use the group's amax) and the
+    // encode multipliers of the 128 scale bytes (in before the first
+    // column tile's barrier; LocateTile's barrier freed the table).
+    const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[slot]);
+    if (t < 128) {
+      enc_table[t] = Nvfp4EncodeMultiplier(static_cast<uint8_t>(t), ts);
+    }
+    uint32_t key0 = 0;
+    uint32_t key1 = 0;
+    if constexpr (kSr) {
+      key0 = p.keys[2 * slot];
+      key1 = p.keys[2 * slot + 1];
+    }
+
+    // The unit's rows of x. Vector loads of 16-bit inputs: the next column
+    // tile's vectors are loaded into registers while this one is encoded
+    // (f32 inputs' 16 registers of vectors would spill: loaded in turn).
+    const Storage* x =
+        static_cast<const Storage*>(p.x) + ex * elements + row0 * N;
+    uint4 next[kVecPerThread];
+    auto load_vectors = [&](int64_t ct) {
+      const int64_t col0 = ct * kTile;
+#pragma unroll
+      for (int i = 0; i < kVecPerThread; ++i) {
+        const int q = t + i * kThreads;
+        const int r = q / kVecPerRow;
+        const int c = q % kVecPerRow * kVec;
+        next[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (ct < p.col_tiles && r < tile_rows && col0 + c < N) {
+          next[i] = LoadStreaming(x + r * N + col0 + c);
+        }
+      }
+    };
+    constexpr bool kPrefetch = kVecPerThread <= 2;
+    if (kPrefetch && p.vec_load) load_vectors(blockIdx.y);
+
+    for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
+      const int64_t col0 = ct * kTile;
+      const int tile_cols = static_cast<int>(min(int64_t{kTile}, N - col0));
+
+      // The tile, as f32 (zeros outside the group and past N). The last
+      // column tile's readers of `tile` passed its staging barrier.
+      if (p.vec_load) {
+        if constexpr (!kPrefetch) load_vectors(ct);
+#pragma unroll
+        for (int i = 0; i < kVecPerThread; ++i) {
+          const int q = t + i * kThreads;
+          const uint32_t w[4] = {next[i].x, next[i].y, next[i].z, next[i].w};
+          float f[kVec];
+          Unpack<In, kVec>(w, f);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            tile[q / kVecPerRow * kPitch + q % kVecPerRow * kVec + e] = f[e];
           }
         }
-        continue;
-      }
-
-      RegionSpec regions;
-      regions.rowwise = kRow;
-      regions.colwise = kCol;
-      regions.block = grouped::kNvfp4Block;
-      LocateTile<kTile>(sizes, G, p.rs, N, regions, unit, sh);
-      const GroupTile& gt = sh.found;  // read where used: fewer registers
-      if (gt.group < 0) continue;
-      const int64_t first_local = gt.tile * kTile;  // in the group
-      const int64_t row0 = gt.start + first_local;  // in the example
-      const int tile_rows =
-          static_cast<int>(min(int64_t{kTile}, gt.rows - first_local));
-      const int tile_cols = static_cast<int>(min(int64_t{kTile}, N - col0));
-      const int64_t slot = ex * G + gt.group;
-
-      // The group's tensor scale (both parts use the group's amax) and the
-      // encode multipliers of the 128 scale bytes.
-      const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[slot]);
-      if (t < 128) {
-        enc_table[t] = Nvfp4EncodeMultiplier(static_cast<uint8_t>(t), ts);
-      }
-      uint32_t key0 = 0;
-      uint32_t key1 = 0;
-      if constexpr (kSr) {
-        key0 = p.keys[2 * slot];
-        key1 = p.keys[2 * slot + 1];
-      }
-
-      // The tile, as f32 (zeros outside the group and past N).
-      const Storage* x = static_cast<const Storage*>(p.x) + ex * elements;
-      {
+        if constexpr (kPrefetch) load_vectors(ct + gridDim.y);
+      } else {
         const int c = t % kTile;
-        const Storage* src = x + row0 * N + col0 + c;
-#pragma unroll 4
+        const Storage* src = x + col0 + c;
+        Storage s[kTile * kTile / kThreads];
+#pragma unroll
         for (int j = 0; j < kTile * kTile / kThreads; ++j) {
           const int r = t / kTile + j * (kThreads / kTile);
-          float v = 0.0f;
-          if (r < tile_rows && c < tile_cols) v = In::Convert(src[r * N]);
-          tile[r * kPitch + c] = v;
+          s[j] = r < tile_rows && c < tile_cols ? src[r * N] : Storage(0);
+        }
+#pragma unroll
+        for (int j = 0; j < kTile * kTile / kThreads; ++j) {
+          const int r = t / kTile + j * (kThreads / kTile);
+          tile[r * kPitch + c] = In::Convert(s[j]);
         }
       }
-      __syncthreads();  // the tile and enc_table are in
+      __syncthreads();  // the tile and enc_table are in; the last column
+                        // tile's readers of the staging areas are done
 
       // Colwise / 2D: thread (kb, j) has rows 16 kb .. 16 kb + 15 of column j.
       if (kCol || p.use_2d) {
@@ -189,8 +292,8 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           if (kRow && j % kB == 0) tile_key[kb][j / kB] = tile_amax;
         }
         // (kb is the same in a warp: its lanes are 32 columns of one block.)
+        uint32_t col_sdb = 0;  // 0 for a block past the group's rows
         if (kCol && kb * kB < tile_rows) {
-          const bool live = j < tile_cols;
           const uint32_t raw = RawKey<kB>(v);
           const bool has_nan = raw > kF32Inf;
           const uint32_t key =
@@ -209,15 +312,13 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           } else {
             EncodeFast<kB>(v, enc, q);
           }
-          if (live) {
-            StoreCodes(p.col + ex * elements + gt.start * N + n * gt.rows + i0,
-                       q, min(kB, tile_rows - kb * kB));
-            const int64_t q_cols =
-                grouped::PadTo(grouped::CeilDiv(gt.rows, int64_t{kB}), 4);
-            p.col_scale[ex * p.col_scale_bytes + gt.col_region +
-                        grouped::SwizzleOffset(n, i0 / kB, q_cols)] =
-                static_cast<uint8_t>(sdb);
-          }
+          *reinterpret_cast<uint2*>(&staged_codes[1][j][8 * kb]) =
+              make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
+          col_sdb = sdb;
+        }
+        if (kCol) {
+          reinterpret_cast<uint8_t*>(&staged_scales[1][j])[kb] =
+              static_cast<uint8_t>(col_sdb);
         }
       }
 
@@ -226,6 +327,7 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
         if (p.use_2d) __syncthreads();  // tile_key is in
         const int r = t % kTile;
         const int lb = t / kTile;
+        uint32_t row_sdb = 0;  // 0 for a block past N
         if (r < tile_rows && lb * kB < tile_cols) {
           float v[kB];
 #pragma unroll
@@ -248,18 +350,54 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           } else {
             EncodeFast<kB>(v, enc, q);
           }
-          StoreCodes(p.row + ex * elements + (row0 + r) * N + n0, q,
-                     min(kB, tile_cols - lb * kB));
-          const int64_t q_cols =
-              grouped::PadTo(grouped::CeilDiv(N, int64_t{kB}), 4);
-          p.row_scale[ex * p.row_scale_bytes + gt.row_region +
-                      grouped::SwizzleOffset(i, n0 / kB, q_cols)] =
-              static_cast<uint8_t>(sdb);
+          *reinterpret_cast<uint2*>(&staged_codes[0][r][8 * lb]) =
+              make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
+          row_sdb = sdb;
+        }
+        reinterpret_cast<uint8_t*>(&staged_scales[0][r])[lb] =
+            static_cast<uint8_t>(row_sdb);
+      }
+      __syncthreads();  // the staged codes and scales are in
+
+      // The codes: a warp per row (rowwise) and per T row (colwise).
+      if constexpr (kRow) {
+        for (int r = warp; r < tile_rows; r += kWarps) {
+          WarpStoreRun(p.row, ex * elements + (row0 + r) * N + col0,
+                       tile_cols, staged_codes[0][r], lane);
         }
       }
-      // The next LocateTile starts with a barrier: tile, tile_key and
-      // enc_table are free by then.
+      if constexpr (kCol) {
+        // T row n of the group is its elements start_g * N + n * rows_g ..
+        const int64_t t_first = ex * elements + gt.start * N + first_local;
+        for (int j = warp; j < tile_cols; j += kWarps) {
+          WarpStoreRun(p.col, t_first + (col0 + j) * gt.rows, tile_rows,
+                       staged_codes[1][j], lane);
+        }
+      }
+      // The scales: the 4 blocks of a row (T row) of the tile are 4
+      // consecutive, 4-byte aligned bytes of the swizzled layout (col0 / 16
+      // and first_local / 16 are multiples of 4); a block past N (past the
+      // group's rows) is the region's zero padding.
+      if (kRow && t < tile_rows) {
+        const int64_t q_cols =
+            grouped::PadTo(grouped::CeilDiv(N, int64_t{kB}), 4);
+        *reinterpret_cast<uint32_t*>(
+            p.row_scale + ex * p.row_scale_bytes + gt.row_region +
+            grouped::SwizzleOffset(first_local + t, col0 / kB, q_cols)) =
+            staged_scales[0][t];
+      }
+      if (kCol && t >= kTile && t - kTile < tile_cols) {
+        const int j = t - kTile;
+        const int64_t q_cols =
+            grouped::PadTo(grouped::CeilDiv(gt.rows, int64_t{kB}), 4);
+        *reinterpret_cast<uint32_t*>(
+            p.col_scale + ex * p.col_scale_bytes + gt.col_region +
+            grouped::SwizzleOffset(col0 + j, first_local / kB, q_cols)) =
+            staged_scales[1][j];
+      }
     }  // column tiles
+    // The next LocateTile starts with a barrier: tile, tile_key, enc_table
+    // and the staging areas are free by then.
   }  // examples
 }
 
@@ -316,12 +454,16 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   p.row_scale_bytes = problem.row_scale_bytes;
   p.col_scale_bytes = problem.col_scale_bytes;
   p.use_2d = problem.use_2d;
+  const int64_t vec = v.input_type == InputType::kF32 ? F32In::kVec : Bf16In::kVec;
+  p.vec_load = v.cols % vec == 0 && nvfp4::IsAligned(buffers.x, 16);
   dim3 grid;
   if (!TileGrid(v.rows, v.cols, v.groups, kTile, kTile, v.batch,
                 &p.group_units, &p.col_tiles, &grid)) {
     return Unsupported(
         "the tensor is too large (2^31 row tiles or more per example)");
   }
+  grid.y = static_cast<unsigned>(std::clamp<int64_t>(
+      grouped::CeilDiv(p.col_tiles, kColTilesPerCta), 1, 65535));
   const bool sr = problem.stochastic_rounding;
   switch (v.input_type) {
     case InputType::kF32:

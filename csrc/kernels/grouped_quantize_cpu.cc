@@ -27,6 +27,20 @@ int64_t InputBytes(InputType type) {
   return type == InputType::kF32 ? 4 : 2;
 }
 
+// Zeroes the elements index .. index + count - 1 of a packed F4E2M1FN buffer
+// (element e is nibble e % 2, 0 = low, of base[e / 2]); a byte shared with an
+// element outside the run keeps that element's nibble.
+void ZeroPackedRun(uint8_t* base, int64_t index, int64_t count) {
+  if (count <= 0) return;
+  if (index % 2 != 0) {  // the run starts in a high nibble
+    base[index / 2] &= 0x0Fu;
+    ++index;
+    --count;
+  }
+  std::memset(base + index / 2, 0, static_cast<size_t>(count / 2));
+  if (count % 2 != 0) base[(index + count) / 2] &= 0xF0u;  // a low nibble
+}
+
 // The rows of one example and their groups.
 class ExampleGroups {
  public:
@@ -46,12 +60,19 @@ class ExampleGroups {
   int64_t end() const { return starts_[view_.groups]; }
   const int64_t* starts() const { return starts_.data(); }
 
-  // Zeroes the bytes of the rows that belong to no group in an R x N (or flat
-  // R*N, groups laid out one after another) byte output.
+  // Zeroes the rows that belong to no group in an R x N (or flat R*N, groups
+  // laid out one after another) output of one byte per element.
   void ZeroTail(uint8_t* data) const {
     const int64_t first = end() * view_.cols;
     const int64_t count = view_.elements() - first;
     if (count > 0) std::memset(data + first, 0, static_cast<size_t>(count));
+  }
+
+  // The same for packed E2M1 codes: the example's elements are example_first
+  // .. of the F4E2M1FN buffer at `base`.
+  void ZeroPackedTail(uint8_t* base, int64_t example_first) const {
+    const int64_t first = end() * view_.cols;
+    ZeroPackedRun(base, example_first + first, view_.elements() - first);
   }
 
  private:
@@ -143,33 +164,46 @@ void QuantizeFp8(const GroupedFp8QuantizeProblem& problem,
 
 // One example of a block-format op: its input and data outputs (null when
 // absent), with the rows past the last group zeroed and the scale regions of
-// its groups laid out (their padding zeroed).
+// its groups laid out (their padding zeroed). Data of one byte per element
+// (MXFP8): row / col point at the example's first element. Packed E2M1 codes
+// (NVFP4): row / col are the whole buffers, and the example's first element
+// is code_first.
 struct BlockExample {
   const uint8_t* x;
   uint8_t* row;
   uint8_t* col;
+  int64_t code_first;
 };
 
-template <typename Problem, typename Buffers>
+template <bool kPackedCodes, typename Problem, typename Buffers>
 BlockExample StartBlockExample(const Problem& problem, const Buffers& buffers,
                                int64_t b, ExampleGroups& groups,
                                ScaleRegions& row_regions,
                                ScaleRegions& col_regions) {
   const GroupedView& view = problem.view;
   const int64_t elements = view.elements();
+  const int64_t data_offset = kPackedCodes ? 0 : b * elements;
   BlockExample example;
   example.x = static_cast<const uint8_t*>(buffers.x) +
               b * elements * InputBytes(view.input_type);
-  example.row = problem.rowwise ? buffers.row + b * elements : nullptr;
-  example.col = problem.colwise ? buffers.col + b * elements : nullptr;
+  example.row = problem.rowwise ? buffers.row + data_offset : nullptr;
+  example.col = problem.colwise ? buffers.col + data_offset : nullptr;
+  example.code_first = kPackedCodes ? b * elements : 0;
   groups.Load(buffers.group_sizes + b * view.groups);
+  auto zero_tail = [&](uint8_t* data) {
+    if constexpr (kPackedCodes) {
+      groups.ZeroPackedTail(data, example.code_first);
+    } else {
+      groups.ZeroTail(data);
+    }
+  };
   if (example.row != nullptr) {
-    groups.ZeroTail(example.row);
+    zero_tail(example.row);
     row_regions.Start(groups, view.groups,
                       buffers.row_scale + b * problem.row_scale_bytes);
   }
   if (example.col != nullptr) {
-    groups.ZeroTail(example.col);
+    zero_tail(example.col);
     col_regions.Start(groups, view.groups,
                       buffers.col_scale + b * problem.col_scale_bytes);
   }
@@ -202,7 +236,7 @@ void QuantizeMxfp8(const GroupedMxfp8QuantizeProblem& problem,
   dense.colwise = problem.colwise;
 
   for (int64_t b = 0; b < view.batch; ++b) {
-    const BlockExample example = StartBlockExample(
+    const BlockExample example = StartBlockExample<false>(
         problem, buffers, b, groups, row_regions, col_regions);
     const uint8_t* x = example.x;
     uint8_t* row = example.row;
@@ -275,7 +309,7 @@ void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
   dense.global_shape = {0, view.cols};
 
   for (int64_t b = 0; b < view.batch; ++b) {
-    const BlockExample example = StartBlockExample(
+    const BlockExample example = StartBlockExample<true>(
         problem, buffers, b, groups, row_regions, col_regions);
     const uint8_t* x = example.x;
     uint8_t* row = example.row;
@@ -296,14 +330,18 @@ void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
       // The keys are read (and present) only with stochastic rounding.
       sub.key = problem.stochastic_rounding ? buffers.keys + 2 * slot : nullptr;
       sub.offset = zero_offset;
+      // The group's codes are elements code_first + first .. of the packed
+      // buffers (both parts: the colwise T_g starts where the group's rows
+      // do).
+      sub.code_first = example.code_first + first;
       if (row != nullptr) {
         row_scale.resize(static_cast<size_t>(rows * row_blocks));
-        sub.row = row + first;
+        sub.row = row;
         sub.row_scale = row_scale.data();
       }
       if (col != nullptr) {
         col_scale.resize(static_cast<size_t>(view.cols * col_blocks));
-        sub.col = col + first;
+        sub.col = col;
         sub.col_scale = col_scale.data();
       }
       Nvfp4Quantize(dense, sub);

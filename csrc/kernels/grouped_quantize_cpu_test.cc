@@ -354,6 +354,21 @@ void TestMxfp8(const Case& c, bool rowwise, bool colwise) {
          "mxfp8 canaries");
 }
 
+// Element i of a packed F4E2M1FN buffer.
+uint8_t Nibble(const uint8_t* packed, int64_t i) {
+  return static_cast<uint8_t>((packed[i / 2] >> (4 * (i % 2))) & 0xFu);
+}
+
+// Elements first .. first + count - 1 of a packed buffer, one per byte.
+std::vector<uint8_t> Nibbles(const uint8_t* packed, int64_t first,
+                             int64_t count) {
+  std::vector<uint8_t> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    out[static_cast<size_t>(i)] = Nibble(packed, first + i);
+  }
+  return out;
+}
+
 void TestNvfp4(const Case& c, bool rowwise, bool colwise, bool use_2d,
                bool sr) {
   const int64_t e = c.rows * c.cols;
@@ -370,7 +385,8 @@ void TestNvfp4(const Case& c, bool rowwise, bool colwise, bool use_2d,
     keys[2 * i] = static_cast<uint32_t>(0x9E3779B9u * (i + 1));
     keys[2 * i + 1] = static_cast<uint32_t>(0x85EBCA6Bu * (i + 7));
   }
-  Guarded row(rowwise ? n : 0), col(colwise ? n : 0);
+  // Packed E2M1 codes: element i is nibble i % 2 (0 = low) of byte i / 2.
+  Guarded row(rowwise ? (n + 1) / 2 : 0), col(colwise ? (n + 1) / 2 : 0);
   Guarded row_scale(rowwise ? c.batch * lr : 0);
   Guarded col_scale(colwise ? c.batch * lc : 0);
   eqx_quant::GroupedNvfp4QuantizeProblem pr;
@@ -396,6 +412,7 @@ void TestNvfp4(const Case& c, bool rowwise, bool colwise, bool use_2d,
   const int32_t offset[2] = {0, 0};
   for (int64_t b = 0; b < c.batch; ++b) {
     const std::vector<int64_t> starts = StartsOf(c, b);
+    // One code per element; rows past the last group stay 0.
     std::vector<uint8_t> want_row(static_cast<size_t>(e), 0);
     std::vector<uint8_t> want_col(static_cast<size_t>(e), 0);
     std::vector<std::vector<uint8_t>> rs(c.groups), cs(c.groups);
@@ -423,14 +440,21 @@ void TestNvfp4(const Case& c, bool rowwise, bool colwise, bool use_2d,
       db.col_amax = &amax[slot];
       db.key = &keys[2 * slot];
       db.offset = offset;
-      db.row = want_row.data() + first;
+      std::vector<uint8_t> group_row(static_cast<size_t>(rows * c.cols / 2 + 1));
+      std::vector<uint8_t> group_col(group_row.size());
+      db.row = group_row.data();
       db.row_scale = rs[grp].data();
-      db.col = want_col.data() + first;
+      db.col = group_col.data();
       db.col_scale = cs[grp].data();
       eqx_quant::cpu::Nvfp4Quantize(dp, db);
+      for (int64_t i = 0; i < rows * c.cols; ++i) {
+        want_row[static_cast<size_t>(first + i)] = Nibble(group_row.data(), i);
+        want_col[static_cast<size_t>(first + i)] = Nibble(group_col.data(), i);
+      }
     }
     if (rowwise) {
-      CompareBytes("nvfp4 row", row.data() + b * e, want_row.data(), e, c);
+      const std::vector<uint8_t> got = Nibbles(row.data(), b * e, e);
+      CompareBytes("nvfp4 row", got.data(), want_row.data(), e, c);
       const auto want = ExpectedScales(
           g::ScalePart::kRowwise, c, starts, 16, lr,
           [&](int64_t grp, int64_t i, int64_t j) {
@@ -440,7 +464,8 @@ void TestNvfp4(const Case& c, bool rowwise, bool colwise, bool use_2d,
                    lr, c);
     }
     if (colwise) {
-      CompareBytes("nvfp4 col", col.data() + b * e, want_col.data(), e, c);
+      const std::vector<uint8_t> got = Nibbles(col.data(), b * e, e);
+      CompareBytes("nvfp4 col", got.data(), want_col.data(), e, c);
       const auto want = ExpectedScales(
           g::ScalePart::kColwise, c, starts, 16, lc,
           [&](int64_t grp, int64_t i, int64_t j) {

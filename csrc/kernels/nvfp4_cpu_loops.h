@@ -9,8 +9,8 @@
 //
 // Arrays handled in blocks (`blocks` arguments) hold 16 values per block.
 // WriteColumns, the transposed store of the colwise codes, uses SSE2 (the
-// x86-64 baseline) where available. CodeOut stores the codes one per byte or
-// packed two per byte (F4E2M1FN).
+// x86-64 baseline) where available. CodeOut stores the codes packed two per
+// byte (F4E2M1FN).
 
 #ifndef EQX_QUANT_CSRC_KERNELS_NVFP4_CPU_LOOPS_H_
 #define EQX_QUANT_CSRC_KERNELS_NVFP4_CPU_LOOPS_H_
@@ -252,21 +252,16 @@ inline void WritePackedRun(uint8_t* base, int64_t index, const uint8_t* codes,
   }
 }
 
-// Where the codes of one part of one example go: one byte each from `base`
-// on (packed == false), or packed from element `first` of the F4E2M1FN
-// buffer at `base`. Indices are element indices within the example.
+// Where the codes of one part of one example go: packed from element
+// `first` of the F4E2M1FN buffer at `base`. Indices are element indices
+// within the example.
 struct CodeOut {
   uint8_t* base = nullptr;
   int64_t first = 0;
-  bool packed = false;
 
   // codes[0..count) to the elements index .. index + count - 1.
   void Run(int64_t index, const uint8_t* codes, int64_t count) const {
-    if (packed) {
-      WritePackedRun(base, first + index, codes, count);
-    } else {
-      std::copy(codes, codes + count, base + first + index);
-    }
+    WritePackedRun(base, first + index, codes, count);
   }
 
   // The transposed write of colwise codes (WriteColumns' arguments; `index`
@@ -274,11 +269,6 @@ struct CodeOut {
   // apart).
   void Columns(const uint8_t* codes, int64_t codes_stride, int64_t j0,
                int count, int rows, int64_t index, int64_t stride) const {
-    if (!packed) {
-      WriteColumns(codes, codes_stride, j0, count, rows, base + first + index,
-                   stride);
-      return;
-    }
     uint8_t columns[kB * kB];  // columns[t * kB + i]: position j0 + t, row i
     WriteColumns(codes, codes_stride, j0, count, rows, columns, kB);
     for (int t = 0; t < count; ++t) {

@@ -430,9 +430,10 @@ void QuantizeAll(const Nvfp4QuantizeProblem& pr,
   for (int64_t p = 0; p < v.batch; ++p) {
     const uint32_t key0 = pr.stochastic_rounding ? buf.key[2 * p] : 0;
     const uint32_t key1 = pr.stochastic_rounding ? buf.key[2 * p + 1] : 0;
-    // Example p's codes are the elements p * elements .. of row / col.
-    const CodeOut row{buf.row, p * elements, pr.packed_codes};
-    const CodeOut col{buf.col, p * elements, pr.packed_codes};
+    // Example p's codes are the elements code_first + p * elements .. of
+    // row / col.
+    const CodeOut row{buf.row, buf.code_first + p * elements};
+    const CodeOut col{buf.col, buf.code_first + p * elements};
     quantizer.Run(x + p * elements, row,
                   pr.rowwise ? buf.row_scale + p * row_scales : nullptr, col,
                   pr.colwise ? buf.col_scale + p * col_scales : nullptr,

@@ -419,10 +419,6 @@ Nvfp4LaunchStatus Nvfp4Quantize(const Nvfp4QuantizeProblem& problem,
                                 const Nvfp4QuantizeBuffers& buffers,
                                 CUstream_st* stream) {
   const Nvfp4View& v = problem.view;
-  if (!problem.packed_codes) {
-    return Nvfp4LaunchStatus{
-        false, 0, "the CUDA kernels store packed (F4E2M1FN) codes only"};
-  }
   if (v.batch * v.a * v.k * v.c * v.l == 0) return Nvfp4LaunchStatus{};
   SrLayout sr{};
   if (problem.stochastic_rounding) {

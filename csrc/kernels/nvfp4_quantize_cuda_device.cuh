@@ -271,20 +271,6 @@ __device__ __forceinline__ void EncodeSrRun(const float (&v)[N], float enc,
   EncodeSrBytes<N>(v, enc, rbytes, may_have_nan, q);
 }
 
-// 16 code bytes to dst[0..count): one 16-byte store when whole and aligned
-// (streaming: codes are written once and not read by the kernel).
-__device__ __forceinline__ void StoreCodes(uint8_t* dst, const uint32_t (&q)[4],
-                                           int count) {
-  if (count == kB && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
-    __stcs(reinterpret_cast<uint4*>(dst), make_uint4(q[0], q[1], q[2], q[3]));
-    return;
-  }
-#pragma unroll
-  for (int e = 0; e < kB; ++e) {
-    if (e < count) dst[e] = static_cast<uint8_t>(q[e / 4] >> (8 * (e % 4)));
-  }
-}
-
 // ---------------------------------------------------------------------------
 // Packed E2M1 stores (the F4E2M1FN outputs of eqx_quant_nvfp4_quantize):
 // flat element e of a buffer is nibble e % 2 (0 = low) of byte e / 2.

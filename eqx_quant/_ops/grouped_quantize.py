@@ -4,7 +4,9 @@ reference and the kernels.
 - `eqx_quant_grouped_fp8_quantize(x, scale, group_sizes) -> (row, col, scale_inv, amax)`
 - `eqx_quant_grouped_mxfp8_quantize(x, group_sizes) -> (row, row_scale, col, col_scale)`
 - `eqx_quant_grouped_nvfp4_quantize(x, amax, keys, group_sizes) -> (row, row_scale, col,
-  col_scale)`; `keys` is `(G, 2)` with stochastic rounding, else `(G, 0)` (not read)
+  col_scale)`: `float4_e2m1fn` data (packed two per byte by the kernels, as the dense NVFP4
+  op's: no conversion pass follows) and E4M3 scale bytes; `keys` is `(G, 2)` with stochastic
+  rounding, else `(G, 0)` (not read)
 - `eqx_quant_grouped_dbias(x, group_sizes) -> dbias` (in x's dtype: the float32 tree sums cast,
   NaN canonical, by the kernel)
 
@@ -15,6 +17,7 @@ problem). The ragged row axis is never split across devices: the partition keeps
 
 import dataclasses
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +26,7 @@ from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
 from ..reference import _grouped, _mx, cast_canonical
-from ..reference._nvfp4 import NVFP4_BLOCK
+from ..reference._nvfp4 import NVFP4_BLOCK, e2m1_from_codes
 from . import _sharding
 from ._primitive import Op, OpSpec
 
@@ -70,7 +73,7 @@ def _abstract_eval(params, x, *operands):
             ShapedArray(batch + (g,), jnp.float32),
             ShapedArray(batch + (g,), jnp.float32),
         )
-    data = jnp.dtype(params.q_dtype) if params.kind == "mxfp8" else jnp.dtype(jnp.uint8)
+    data = jnp.dtype(params.q_dtype) if params.kind == "mxfp8" else jnp.dtype(jnp.float4_e2m1fn)
     col_shape = (r, n) if params.kind == "mxfp8" else (r * n,)
     row_len = _grouped.scale_buffer_length(r, n, g, params.block, colwise=False)
     col_len = _grouped.scale_buffer_length(r, n, g, params.block, colwise=True)
@@ -92,7 +95,7 @@ def _reference_one(params, x, *operands):
         return _grouped.grouped_fp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
     if params.kind == "mxfp8":
         return _grouped.grouped_mxfp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
-    return _grouped.grouped_nvfp4_quantize(
+    row, row_scale, col, col_scale = _grouped.grouped_nvfp4_quantize(
         x,
         *operands,
         use_2d=params.use_2d,
@@ -100,13 +103,17 @@ def _reference_one(params, x, *operands):
         **common,
         **layout,
     )
+    return e2m1_from_codes(row), row_scale, e2m1_from_codes(col), col_scale
 
 
 def _reference(params, x, *operands):
     nb = params.n_batch
     if nb == 0:
         return tuple(_reference_one(params, x, *operands))
-    flat = [a.reshape((-1,) + a.shape[nb:]) for a in (x,) + operands]
+    # An explicit batch size: -1 cannot be resolved for the empty keys (G, 0) of a call
+    # without stochastic rounding.
+    size = math.prod(x.shape[:nb])
+    flat = [a.reshape((size,) + a.shape[nb:]) for a in (x,) + operands]
     outs = jax.vmap(lambda *a: tuple(_reference_one(params, *a)))(*flat)
     avals = _abstract_eval(params, x, *operands)
     return tuple(o.reshape(a.shape) for o, a in zip(outs, avals))

@@ -65,18 +65,30 @@ def row_groups(starts: Int[Array, " G"], counts: Int[Array, " G"], rows: int) ->
     return jnp.searchsorted(ends, r, side="right").astype(jnp.int32)
 
 
+# Up to this many (group, row) pairs, `group_amax` takes each group's max over a mask of its
+# rows (one small fusion) instead of a segment max (a scatter whose few targets serialize its
+# atomics: 14 us for 16384 rows in 8 groups on an H200). Both give the same bits.
+_MASKED_GROUP_MAX_PAIRS = 1 << 22
+
+
 def group_amax(x: Shaped[Array, "R N"], group_sizes, rows_per_unit: int) -> Float[Array, " G"]:
     """Per-group NaN-ignoring `max |x|` (0 for an empty group), exact for subnormals."""
     r = x.shape[0]
     starts, counts = group_bounds(group_sizes, rows_per_unit, r)
-    gid = row_groups(starts, counts, r)
     g = group_sizes.shape[0]
     if x.size == 0:
         return jnp.zeros((g,), jnp.float32)
-    per_row = jax.vmap(max_abs)(x)
-    # Max of non-negative floats = max of their bits; rows of no group land in segment G.
-    best = jax.ops.segment_max(bits(per_row), gid, num_segments=g + 1)[:g]
-    return from_bits(jnp.maximum(best, jnp.uint32(0)))
+    # Max of non-negative floats = max of their bits.
+    per_row = bits(jax.vmap(max_abs)(x))
+    if g * r <= _MASKED_GROUP_MAX_PAIRS:
+        i = jnp.arange(r, dtype=jnp.int32)[None, :]
+        mine = (i >= starts[:, None]) & (i < (starts + counts)[:, None])
+        best = jnp.max(jnp.where(mine, per_row[None, :], jnp.uint32(0)), axis=1)
+    else:  # rows of no group land in segment G
+        gid = row_groups(starts, counts, r)
+        best = jax.ops.segment_max(per_row, gid, num_segments=g + 1)[:g]
+        best = jnp.maximum(best, jnp.uint32(0))
+    return from_bits(best)
 
 
 def _group_rows(x, start, count):
