@@ -73,14 +73,21 @@ using nvfp4::Unpack;
 
 constexpr int kTile = 64;  // tile rows and columns
 constexpr int kPitch = kTile + 1;
-// Staged codes: a row (or T row) of the tile is 64 codes = 32 bytes, block b
-// at bytes 8 b; rows 40 bytes apart, so that a warp's 8-byte staging stores
-// (lanes = consecutive rows, one block) take the minimum 2 wavefronts.
-constexpr int kRunBytes = kTile / 2;
 // Column tiles per CTA (the launch's grid.y covers ceil(col_tiles / this)):
 // LocateTile and the encode table are found once for all of them.
 constexpr int64_t kColTilesPerCta = 4;
-constexpr int kStagePitch = kRunBytes + 8;
+// Staged codes: a line (a row, or a T row) of the tile is 64 codes = 8
+// words, block b in words 2b, 2b + 1; lines 10 words apart, so that a warp's
+// 8-byte staging stores (lanes = consecutive lines, one block) take the
+// minimum 2 wavefronts. A run's store reads one word before and one word
+// after its 8 (masked off): the area starts with 2 guard words (line bases
+// stay 8-byte aligned), and the last line's padding covers the end.
+constexpr int kLineWords = 10;
+constexpr int kStageWords = 2 + 2 * kTile * kLineWords;
+// The store of a run: a lane per destination word (8 codes), up to 9 words
+// (64 codes at any nibble offset), so 3 runs per warp.
+constexpr int kLanesPerRun = 10;
+constexpr int kRunsPerWarp = 3;
 
 struct Nvfp4Params {
   const void* x;
@@ -114,54 +121,77 @@ __device__ __forceinline__ uint64_t SrIndex(int64_t i, int64_t n,
          static_cast<uint64_t>(static_cast<uint32_t>(n));
 }
 
-// One warp writes a run of `count` (<= 64) codes to the elements e0 ..
-// e0 + count - 1 of the packed buffer `base`: code c is nibble c % 2 of
-// staged[c / 2] (staged == nullptr: zeros). Lane l writes destination bytes
-// l and l + 32 of the run; a byte shared with a neighbouring run (the first
-// byte when e0 is odd, the last when e0 + count is odd) by nibble.
-__device__ __forceinline__ void WarpStoreRun(uint8_t* base, int64_t e0,
-                                             int count, const uint8_t* staged,
-                                             int lane) {
-  const int s = static_cast<int>(e0 & 1);  // nibble of code 0 in byte 0
-  uint8_t* dst = base + (e0 >> 1);
-  const int bytes = (s + count + 1) / 2;
-  for (int b = lane; b < bytes; b += 32) {
-    // Byte b holds codes 2b - s (low nibble) and 2b - s + 1 (high nibble).
-    const bool own_low = b > 0 || s == 0;
-    const bool own_high = 2 * b - s + 1 < count;
-    uint32_t value = 0;
-    if (staged != nullptr) {
-      value = s == 0 ? staged[b]
-                     : (own_low ? staged[b - 1] >> 4 : 0u) |
-                           (own_high ? (staged[b] & 0xFu) << 4 : 0u);
-    }
-    if (own_low && own_high) {
-      dst[b] = static_cast<uint8_t>(value);
-    } else {
-      StoreNibble(dst + b, own_high, own_high ? value >> 4 : value & 0xFu);
-    }
+// Word k of a run of `count` (<= 64) codes stored to the elements e0 ..
+// e0 + count - 1 of the packed buffer `base` (element e is nibble e % 8 of
+// word e / 8): code c is nibble c % 8 of line[c / 8] (line == nullptr:
+// zeros). A word whose 8 nibbles are all the run's is a plain store; the
+// first and last words, which may hold a neighbouring run's codes, are
+// written by masked atomics. Nothing is written for k past the run.
+__device__ __forceinline__ void StoreRunWord(uint8_t* base, int64_t e0,
+                                             int count, const uint32_t* line,
+                                             int k) {
+  const int64_t word = (e0 >> 3) + k;
+  if (word > (e0 + count - 1) >> 3) return;
+  const int d = static_cast<int>(word * 8 - e0);  // its first code, > -8
+  uint32_t value = 0;
+  if (line != nullptr) {  // codes d .. d + 7: bits 4d .. 4d + 31 of the line
+    const int bit = 4 * d + 32;
+    value = __funnelshift_r(line[(bit >> 5) - 1], line[bit >> 5], bit & 31);
   }
+  const int first = max(0, -d);          // the run's nibbles of the word:
+  const int end = min(8, count - d);     // first .. end - 1
+  uint32_t* dst = reinterpret_cast<uint32_t*>(base) + word;
+  if (first == 0 && end == 8) {
+    *dst = value;
+    return;
+  }
+  const uint32_t mask = ((end - first == 8 ? 0u : 1u << (4 * (end - first))) - 1u)
+                        << (4 * first);
+  atomicAnd(dst, ~mask);
+  atomicOr(dst, value & mask);
 }
 
+// Resident CTAs per SM: 3 without stochastic rounding (up to 85 registers:
+// at 4 CTAs' 64, the prefetched vectors and the store phase spill 24 bytes
+// in the loop; at 80 the one-part kernels keep one constant of the encode
+// table's division in local memory, stored once and loaded once per
+// example), 2 with it.
+template <bool kSr>
+constexpr int kGroupedNvfp4MinBlocks = kSr ? 2 : 3;
+
 template <typename In, bool kRow, bool kCol, bool kSr>
-__global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
+__global__ void __launch_bounds__(kThreads, kGroupedNvfp4MinBlocks<kSr>)
     Nvfp4TileKernel(const __grid_constant__ Nvfp4Params p) {
   using Storage = typename In::Storage;
   constexpr int kVec = In::kVec;  // elements per 16-byte vector
   constexpr int kVecPerRow = kTile / kVec;
   constexpr int kVecPerThread = kTile * kVecPerRow / kThreads;
+  constexpr int kRuns = (kRow ? kTile : 0) + (kCol ? kTile : 0);
   __shared__ float tile[kTile * kPitch];
   __shared__ uint32_t tile_key[kTile / kB][kTile / kB];
   __shared__ float enc_table[128];
   __shared__ LocateShared sh;
   // The tile's packed codes and scale bytes: [0] rowwise (row r), [1]
   // colwise (T row j); scale byte b of a row is block b.
-  __shared__ __align__(8) uint8_t staged_codes[2][kTile][kStagePitch];
+  __shared__ __align__(8) uint32_t staged_words[kStageWords];
   __shared__ uint32_t staged_scales[2][kTile];
 
   const int t = threadIdx.x;
   const int lane = t % 32;
   const int warp = t / 32;
+  // Line r of part 0 (rowwise) or 1 (colwise) of the staging area.
+  auto staged_line = [&](int part, int r) {
+    return &staged_words[2 + (part * kTile + r) * kLineWords];
+  };
+  // This lane's first run of a store phase (kLanesPerRun lanes each; none
+  // for the last two lanes), its next one kRunStep runs on, and its word of
+  // the run (computed where used: registers are short).
+  auto first_run = [&] {
+    return lane < kRunsPerWarp * kLanesPerRun
+               ? warp * kRunsPerWarp + lane / kLanesPerRun
+               : 1 << 30;
+  };
+  constexpr int kRunStep = kWarps * kRunsPerWarp;
   const int64_t R = p.rows;
   const int64_t N = p.cols;
   const int64_t G = p.groups;
@@ -170,17 +200,18 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
 
   for (int64_t ex = blockIdx.z; ex < p.batch; ex += gridDim.z) {
     const int32_t* sizes = p.group_sizes + ex * G;
-    if (unit >= p.group_units) {  // a tail unit: zeros, a warp per row
+    if (unit >= p.group_units) {  // a tail unit: zeros, a run per row
       const int64_t end = GroupsEnd(sizes, G, p.rs, sh.warp_sums);
       const int64_t first = end + (unit - p.group_units) * kTile;
       const int64_t last = min(R, first + kTile);
       for (int64_t ct = blockIdx.y; ct < p.col_tiles; ct += gridDim.y) {
         const int64_t col0 = ct * kTile;
         const int width = static_cast<int>(min(int64_t{kTile}, N - col0));
-        for (int64_t r = first + warp; r < last; r += kWarps) {
+        for (int64_t r = first + first_run(); r < last; r += kRunStep) {
           const int64_t e0 = ex * elements + r * N + col0;
-          if (kRow) WarpStoreRun(p.row, e0, width, nullptr, lane);
-          if (kCol) WarpStoreRun(p.col, e0, width, nullptr, lane);
+          const int k = lane % kLanesPerRun;
+          if (kRow) StoreRunWord(p.row, e0, width, nullptr, k);
+          if (kCol) StoreRunWord(p.col, e0, width, nullptr, k);
         }
       }
       continue;
@@ -312,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           } else {
             EncodeFast<kB>(v, enc, q);
           }
-          *reinterpret_cast<uint2*>(&staged_codes[1][j][8 * kb]) =
+          *reinterpret_cast<uint2*>(staged_line(1, j) + 2 * kb) =
               make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
           col_sdb = sdb;
         }
@@ -350,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
           } else {
             EncodeFast<kB>(v, enc, q);
           }
-          *reinterpret_cast<uint2*>(&staged_codes[0][r][8 * lb]) =
+          *reinterpret_cast<uint2*>(staged_line(0, r) + 2 * lb) =
               make_uint2(PackNibbles8(q[0], q[1]), PackNibbles8(q[2], q[3]));
           row_sdb = sdb;
         }
@@ -359,19 +390,23 @@ __global__ void __launch_bounds__(kThreads, nvfp4::kQuantizeMinBlocks<kSr>)
       }
       __syncthreads();  // the staged codes and scales are in
 
-      // The codes: a warp per row (rowwise) and per T row (colwise).
-      if constexpr (kRow) {
-        for (int r = warp; r < tile_rows; r += kWarps) {
-          WarpStoreRun(p.row, ex * elements + (row0 + r) * N + col0,
-                       tile_cols, staged_codes[0][r], lane);
-        }
-      }
-      if constexpr (kCol) {
-        // T row n of the group is its elements start_g * N + n * rows_g ..
-        const int64_t t_first = ex * elements + gt.start * N + first_local;
-        for (int j = warp; j < tile_cols; j += kWarps) {
-          WarpStoreRun(p.col, t_first + (col0 + j) * gt.rows, tile_rows,
-                       staged_codes[1][j], lane);
+      // The codes: a run per row (rowwise) and per T row (colwise), runs
+      // q < 64 rowwise when both parts are written.
+      for (int q = first_run(); q < kRuns; q += kRunStep) {
+        const bool colwise_run = kCol && (!kRow || q >= kTile);
+        const int line = kRow && kCol && colwise_run ? q - kTile : q;
+        const int run_lane = lane % kLanesPerRun;
+        if (colwise_run) {
+          // T row n of the group is its elements start_g * N + n * rows_g ..
+          if (line < tile_cols) {
+            StoreRunWord(p.col,
+                         ex * elements + gt.start * N + first_local +
+                             (col0 + line) * gt.rows,
+                         tile_rows, staged_line(1, line), run_lane);
+          }
+        } else if (line < tile_rows) {
+          StoreRunWord(p.row, ex * elements + (row0 + line) * N + col0,
+                       tile_cols, staged_line(0, line), run_lane);
         }
       }
       // The scales: the 4 blocks of a row (T row) of the tile are 4
