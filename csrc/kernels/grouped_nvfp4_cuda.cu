@@ -12,12 +12,15 @@
 // --prec-div=true.
 //
 // TileKernel (256 threads, one unit per CTA, see grouped_quantize_cuda_
-// device.cuh for the units): a unit is a tile of 64 rows, aligned at its
-// group's start, x 64 columns, so rowwise blocks, colwise blocks and 2D
-// 16x16 tiles (which start at the group's first row) never straddle units.
-// As in the dense TileKernel (kernels/nvfp4_tile_cuda.cu):
+// device.cuh for the units): a unit is 64 rows, aligned at its group's
+// start, so rowwise blocks, colwise blocks and 2D 16x16 tiles (which start
+// at the group's first row) never straddle units; a CTA takes up to
+// kColTilesPerCta of its unit's 64-column tiles, finding the unit's group
+// once. As in the dense TileKernel (kernels/nvfp4_tile_cuda.cu):
 //   * the tile is loaded as f32 into shared memory (rows past the group and
-//     columns past N are 0: zero padding changes no block amax);
+//     columns past N are 0: zero padding changes no block amax), by 16-byte
+//     loads when N is a multiple of a vector (16-bit inputs: the next column
+//     tile's are loaded while this one is encoded), else by element;
 //   * colwise / 2D phase: thread (kb, j) = (t / 64, t % 64) reads rows
 //     16 kb .. 16 kb + 15 of column j; 2D: the 16x16 tile amax is a 16-lane
 //     shuffle, published for the rowwise phase; colwise: the scale byte and
@@ -25,15 +28,16 @@
 //   * rowwise phase: thread (r, lb) = (t % 64, t / 64) encodes columns
 //     16 lb .. 16 lb + 15 of row r;
 //   * both phases stage their packed codes (8 bytes a block) and scale bytes
-//     in shared memory, and after a barrier the CTA writes them out: a warp
-//     per row / T row of the tile, one destination byte per lane (the run of
-//     up to 64 codes is 32 or 33 bytes at any nibble offset: rows_g and N are
-//     arbitrary), and the 4 scale bytes of a row / T row as one word. A
-//     thread per block storing its own 16 codes and scale byte instead wrote
-//     byte by byte at unaligned T rows, 32 lines per warp store: the kernel
-//     was bound by L2 store requests (79% busy, DRAM 6%).
-// The codes are packed two per byte (F4E2M1FN); a byte shared with another
-// tile's run (an odd start or end) is written by nibble, atomically.
+//     in shared memory, and after a barrier the CTA writes them out: the run
+//     of a row / T row of the tile (up to 64 codes at any nibble offset:
+//     rows_g and N are arbitrary) by 10 lanes, a destination word (8 codes)
+//     each (StoreRunWord), 3 runs per warp; the 4 scale bytes of a row / T
+//     row as one word. A thread per block storing its own 16 codes and scale
+//     byte instead wrote byte by byte at unaligned T rows, 32 lines per warp
+//     store: the kernel was bound by L2 store requests (79% busy, DRAM 6%);
+//     a byte per lane then left it issue-bound (1.5x this version's time).
+// The codes are packed two per byte (F4E2M1FN); a word shared with another
+// run (the run's first and last) is written by masked atomics.
 // The encode multipliers of the 128 scale bytes of the group are a shared
 // table. Shared element (r, c) is at r * 65 + c: conflict-free both ways.
 
@@ -67,7 +71,6 @@ using nvfp4::MulRn;
 using nvfp4::NanFreeKey;
 using nvfp4::RawKey;
 using nvfp4::PackNibbles8;
-using nvfp4::StoreNibble;
 using nvfp4::LoadStreaming;
 using nvfp4::Unpack;
 
