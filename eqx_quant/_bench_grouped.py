@@ -10,6 +10,8 @@ its own amax (a segment max); its colwise codes are left in the group-padded row
 per-group transpose of the op would add one more gather, so XLA's figure is a lower bound).
 """
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,7 +33,7 @@ def group_sizes(m: int) -> np.ndarray:
     return np.asarray(sizes + [m - sum(sizes)], np.int32)
 
 
-def ours(op: str, m: int) -> tuple:
+def ours(op: str, m: int) -> Callable:
     import eqx_quant as eqq
 
     sizes = jnp.asarray(group_sizes(m))

@@ -300,7 +300,7 @@ def test_large_many_ctas():
     sizes = [[3000, 1, 0, 5000, 129, 4096, 33, 4125]]
     _check(x, sizes, "mxfp8_e4m3", layouts=ROW_AND_BOTH, dbias=False)
     _check(x, sizes, "current", layouts=(L.COLWISE,), dbias=True)
-    _check(x, sizes, "nvfp4", layouts=(L.ROWWISE_COLWISE,), dbias=False)
+    _check(x, sizes, "nvfp4", layouts=ROW_AND_BOTH, dbias=False)
 
 
 @pytest.mark.parametrize("x_name", sorted(X_DTYPES))
@@ -319,6 +319,39 @@ def test_mxfp8_many_groups_wide_rows(x_name):
     patterns = [ragged, past, np.full(40, 17)]  # 17 * 40 = 680 < 700
     _check(x, patterns, "mxfp8_e4m3", layouts=ROW_AND_BOTH, dbias=False)
     _check(x, patterns[:1], "mxfp8_e5m2", layouts=(L.ROWWISE,), dbias=False)
+
+
+@pytest.mark.parametrize("x_name", sorted(X_DTYPES))
+def test_nvfp4_rowwise_many_groups_wide_rows(x_name):
+    """NVFP4 rowwise alone runs its own kernel for 16-bit inputs with N % 16 == 0
+    (RowOctetKernel: one tensor scale per group, whole scale sectors): 40 groups (two steps
+    of the per-CTA group lookup), rows wider than a CTA's 1024-column chunk, a last partial
+    64-column scale tile (N = 1168), rows of no group and sizes clamped at M. f32 and the
+    SR / 2D modes take the tile kernel: the same bytes either way."""
+    m, n = 700, 1168
+    x = spread_random((m, n), X_DTYPES[x_name], seed=32)
+    x[::9] *= np.float32(2.0**-10)  # per-group amaxes apart (f16: subnormals)
+    rng = np.random.default_rng(6)
+    ragged = rng.integers(0, 30, size=40)
+    ragged[[0, 17, 39]] = 0
+    past = ragged.copy()
+    past[36] = 500
+    patterns = [ragged, past, np.full(40, 17)]
+    _check(x, patterns, "nvfp4", layouts=ROW_AND_BOTH, dbias=False)
+
+
+def test_nvfp4_rowwise_batched_and_units():
+    """The rowwise NVFP4 kernel over a vmapped batch (per-example group sizes and amaxes)
+    and with U = 3 rows per group-size unit (fa=2 of (107, 3, 48): N = 48)."""
+    x = spread_random((3, M, 96), jnp.bfloat16, seed=33)
+    x[1] *= 100
+    x[2, 7, 5] = np.nan
+    patterns = [np.array([PATTERNS[0], PATTERNS[3], PATTERNS[7]], np.int32),
+                np.array([PATTERNS[8], PATTERNS[2], PATTERNS[5]], np.int32)]
+    _check(x, patterns, "nvfp4", layouts=(L.ROWWISE,), vmapped=True, dbias=False)
+    y = spread_random((107, 3, 48), jnp.float16, seed=34)
+    units = [[1, 10, 11, 42, 43, 0], [35, 0, 0, 0, 0, 80], [5, 5, 5, 5, 5, 5]]
+    _check(y, units, "nvfp4", fa=2, layouts=(L.ROWWISE,))
 
 
 _GRAPH_CODE = textwrap.dedent(

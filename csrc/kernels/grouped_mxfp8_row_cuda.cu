@@ -23,8 +23,6 @@ namespace eqx_quant::cuda {
 using grouped_dev::Aligned;
 using grouped_dev::CheckLaunch;
 using grouped_dev::kThreads;
-using grouped_dev::RowSpec;
-using grouped_dev::WholeTileUnits;
 using mxfp8::Bf16In;
 using mxfp8::F16In;
 using mxfp8::F32In;
@@ -49,7 +47,6 @@ GroupedLaunchStatus TryMxfp8RowOctet(
     const GroupedMxfp8QuantizeProblem& problem,
     const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
     bool* taken) {
-  using grouped_row::kOctets;
   const GroupedView& v = problem.view;
   *taken = false;
   const int vec = v.input_type == InputType::kF32 ? 4 : 8;
@@ -59,28 +56,14 @@ GroupedLaunchStatus TryMxfp8RowOctet(
       !Aligned(buffers.row_scale, 16)) {
     return GroupedLaunchStatus{};
   }
-  const int64_t chunks =
-      grouped::CeilDiv(v.cols, int64_t{grouped_row::kLoads} * 32 * vec);
-  const WholeTileUnits units = WholeTileUnits::Of(v);
-  if (units.grid * kOctets * chunks > int64_t{0x7FFFFFFF} ||
-      problem.row_scale_bytes != units.ScaleBytes()) {
+  grouped_row::RowParams p;
+  dim3 grid;
+  if (!grouped_row::MakeRowOctetLaunch(
+          problem, buffers, int64_t{grouped_row::kLoads} * 32 * vec,
+          grouped::kMxfp8Block, &p, &grid)) {
     return GroupedLaunchStatus{};
   }
   *taken = true;
-  grouped_row::RowParams p{};
-  p.x = buffers.x;
-  p.group_sizes = buffers.group_sizes;
-  p.row = buffers.row;
-  p.row_scale = buffers.row_scale;
-  p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
-  p.cols = v.cols;
-  p.groups = v.groups;
-  p.row_scale_bytes = problem.row_scale_bytes;
-  p.chunks = static_cast<uint32_t>(chunks);
-  p.tiles_per_row = static_cast<uint32_t>(units.tiles_per_row);
-  p.worst_units = static_cast<uint32_t>(units.worst);
-  const dim3 grid(static_cast<unsigned>(units.grid * kOctets * chunks),
-                  static_cast<unsigned>(v.batch));
   const bool e4m3 = problem.format == Fp8Format::kE4M3Fn;
   switch (v.input_type) {
     case InputType::kF32:

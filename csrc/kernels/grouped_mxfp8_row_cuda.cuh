@@ -50,42 +50,22 @@
 #include "common/e8m0.h"
 #include "kernels/fp8_convert_cuda.cuh"
 #include "kernels/grouped_quantize_cuda_device.cuh"
+#include "kernels/grouped_row_octet_cuda.cuh"
 #include "kernels/mxfp8_quantize_cuda_device.cuh"
 
 namespace eqx_quant::cuda::grouped_row {
 
 using grouped_dev::kThreads;
-using grouped_dev::kWarps;
-using grouped_dev::RowSpec;
 using grouped_dev::LocateUnit;
 using grouped_dev::UnitGroup;
 
 constexpr int kBlock = 32;
-constexpr int kUnitRows = grouped_dev::kScaleUnitRows;  // 128
 constexpr int kTileCols = 128;    // columns of one scale tile (4 blocks)
-constexpr int kTileBytes = 512;   // one 128 x 4 scale tile
-constexpr int kSectorBytes = 32;  // one row octet of a tile
-constexpr int kOctets = kUnitRows / 8;  // 16 per unit
 constexpr int kLoads = 4;         // 16-byte loads in flight per thread
-static_assert(kWarps == 8, "a warp per row of the octet");
 
 // Columns of an item: kLoads warp-wide 16-byte loads per row.
 template <typename In>
 constexpr int kChunkCols = kLoads * 32 * In::kVec;  // 1024 (16-bit), 512
-
-struct RowParams {
-  const void* x;
-  const int32_t* group_sizes;
-  uint8_t* row;
-  uint8_t* row_scale;
-  RowSpec rs;
-  int64_t cols;  // N
-  int64_t groups;
-  int64_t row_scale_bytes;  // per example: worst_units * tiles_per_row * 512
-  uint32_t chunks;          // ceil(N / kChunkCols)
-  uint32_t tiles_per_row;   // ceil(N / 128)
-  uint32_t worst_units;     // W(R, G, 128)
-};
 
 template <typename In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads, 8)
@@ -103,17 +83,13 @@ __global__ void __launch_bounds__(kThreads, 8)
   const int64_t N = p.cols;
   const int64_t R = p.rs.rows;
   const int64_t ex = blockIdx.y;
-  const uint32_t item = blockIdx.x;
-  const uint32_t rest = item / p.chunks;
-  const uint32_t chunk = item - rest * p.chunks;
-  const uint32_t unit = rest / kOctets;
-  const int octet = static_cast<int>(rest % kOctets);
-  const int local_row = 2 * octet + (q & 1) + 32 * (q >> 1);  // in the unit
+  const OctetItem it = OctetItemOf(blockIdx.x, p.chunks);
+  const uint32_t chunk = it.chunk;
+  const uint32_t unit = it.unit;
+  const int local_row = it.local_row;
   const int64_t col0 = int64_t{chunk} * kChunk + lane * kVec;
   uint8_t* const row_out = p.row + ex * R * N;
-  uint8_t* const scales = p.row_scale + ex * p.row_scale_bytes +
-                          int64_t{unit} * p.tiles_per_row * kTileBytes +
-                          octet * kSectorBytes;
+  uint8_t* const scales = OctetSectors(p, ex, it);
   const uint32_t tile0 = chunk * kChunkTiles;  // first column tile
 
   const UnitGroup where =
@@ -151,8 +127,7 @@ __global__ void __launch_bounds__(kThreads, 8)
       }
       if (lane % kLanesPerBlock == 0) {  // padding rows / blocks: 0
         const int block = (u * 32 + lane) / kLanesPerBlock;  // in the chunk
-        sectors[block / 4][(q & 1) * 16 + (q >> 1) * 4 + block % 4] =
-            ok ? e : 0;
+        sectors[block / 4][SectorByte(q, block)] = ok ? e : 0;
       }
     }
     __syncthreads();  // the sectors are in

@@ -11,6 +11,11 @@
 // common/nvfp4_format.h). Compiled with --fmad=false --ftz=false
 // --prec-div=true.
 //
+// Rowwise alone for bf16 / f16 without stochastic rounding or 2D scaling
+// (N % 16 == 0, aligned buffers) runs RowOctetKernel instead (kernels/
+// grouped_nvfp4_row_cuda.cu: TryNvfp4RowOctet, tried first); it writes the
+// whole scale buffer itself, so no memset runs before it.
+//
 // TileKernel (256 threads, one unit per CTA, see grouped_quantize_cuda_
 // device.cuh for the units): a unit is 64 rows, aligned at its group's
 // start, so rowwise blocks, colwise blocks and 2D 16x16 tiles (which start
@@ -471,6 +476,12 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
     const GroupedNvfp4QuantizeBuffers& buffers, CUstream_st* stream) {
   const GroupedView& v = problem.view;
   if (v.batch == 0) return GroupedLaunchStatus{};
+  if (v.rows * v.cols != 0) {  // the rowwise-only 16-bit path, if it suits
+    bool taken = false;
+    const GroupedLaunchStatus octets =
+        TryNvfp4RowOctet(problem, buffers, stream, &taken);
+    if (taken || !octets.ok) return octets;
+  }
   GroupedLaunchStatus status = ZeroScaleBuffers(problem, buffers, stream);
   if (!status.ok) return status;
   if (v.rows * v.cols == 0) return status;

@@ -141,6 +141,7 @@ struct UnitGroup {
   int32_t count = 0;   // its rows
   uint32_t first = 0;  // its first unit
   int32_t end = 0;     // start_G: the first row of no group
+  int64_t group = -1;  // its index (if found)
   bool found = false;  // unit < the units of all groups
 };
 
@@ -179,6 +180,7 @@ __device__ __forceinline__ UnitGroup LocateUnit(const int32_t* sizes,
       out.start = min(R, carry_rows + before);
       out.count = __shfl_sync(0xFFFFFFFFu, count, src);
       out.first = __shfl_sync(0xFFFFFFFFu, first, src);
+      out.group = base + src;
       out.found = true;
     }
     carry_rows = min(R, carry_rows + step_rows);
@@ -287,23 +289,25 @@ __device__ __forceinline__ void ZeroRows(uint8_t* out, int64_t cols,
 // ---------------------------------------------------------------------------
 // Host side.
 
-// The units of the whole-tile MXFP8 kernels (RowOctetKernel,
+// The units of the whole-tile kernels (the MXFP8 and NVFP4 RowOctetKernels,
 // UnitTileKernel): W = WorstCaseUnits(R, G, 128), the units of a scale buffer
-// of tiles_per_row = ceil(N / 128) tiles each (W * tiles_per_row * 512
-// bytes), and the units their grid covers, max(W, ceil(R / 128)) (tail units
-// reach ceil(R / 128), which exceeds W only when G == 0).
+// of tiles_per_row = ceil(N / (4 B)) tiles each for blocks of B elements
+// (W * tiles_per_row * 512 bytes), and the units their grid covers,
+// max(W, ceil(R / 128)) (tail units reach ceil(R / 128), which exceeds W
+// only when G == 0).
 struct WholeTileUnits {
   int64_t worst;
   int64_t grid;
   int64_t tiles_per_row;
 
-  static WholeTileUnits Of(const GroupedView& v) {
+  static WholeTileUnits Of(const GroupedView& v,
+                           int64_t block = grouped::kMxfp8Block) {
     const int64_t worst =
         grouped::WorstCaseUnits(v.rows, v.groups, int64_t{kScaleUnitRows});
     return WholeTileUnits{
         worst,
         std::max(worst, grouped::CeilDiv(v.rows, int64_t{kScaleUnitRows})),
-        grouped::CeilDiv(v.cols, int64_t{128})};
+        grouped::CeilDiv(v.cols, grouped::kTileCols * block)};
   }
   int64_t ScaleBytes() const { return worst * tiles_per_row * 512; }
 };
@@ -393,6 +397,15 @@ namespace eqx_quant::cuda {
 GroupedLaunchStatus TryMxfp8RowOctet(
     const GroupedMxfp8QuantizeProblem& problem,
     const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
+    bool* taken);
+
+// The rowwise-only NVFP4 path for 16-bit inputs without stochastic rounding
+// or 2D scaling (kernels/grouped_nvfp4_row_cuda.cu): launches its
+// RowOctetKernel if the problem suits it (*taken says whether); nothing is
+// enqueued otherwise.
+GroupedLaunchStatus TryNvfp4RowOctet(
+    const GroupedNvfp4QuantizeProblem& problem,
+    const GroupedNvfp4QuantizeBuffers& buffers, cudaStream_t stream,
     bool* taken);
 
 // The colwise and rowwise + colwise MXFP8 path (kernels/grouped_mxfp8_unit_

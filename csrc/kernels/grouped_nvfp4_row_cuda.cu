@@ -1,0 +1,253 @@
+// The rowwise-only path of eqx_quant_grouped_nvfp4_quantize for 16-bit
+// inputs without stochastic rounding or 2D scaling (sm_90a): RowOctetKernel
+// and its launcher TryNvfp4RowOctet (declared in kernels/grouped_quantize_
+// cuda_device.cuh, called by GroupedNvfp4Quantize in grouped_nvfp4_cuda.cu).
+// Same bytes as the generic grouped NVFP4 TileKernel there and the CPU
+// kernel. Taken when x is bf16 / f16, N % 16 == 0, x is 16-byte aligned,
+// the codes 4-byte and the scales 16-byte aligned, the scale buffer is
+// exactly its worst-case length (common/grouped_layout.h: ScaleBufferBytes)
+// and R < 2^25. Compiled with --fmad=false --ftz=false --prec-div=true.
+//
+// The grouped MXFP8 RowOctetKernel's plan (kernels/grouped_mxfp8_row_cuda.
+// cuh) with the dense RowHalfKernel's data path (kernels/nvfp4_row_half_
+// cuda.cuh):
+//   * a CTA owns one row octet of a 128-row unit (aligned at its group's
+//     start) over kChunkCols = 2048 columns: warp q (0..7) owns unit row
+//     2 * octet + (q & 1) + 32 * (q >> 1), whose 32 scale tiles' sectors
+//     (32 bytes: 4 blocks of the 8 octet rows) are the CTA's, staged in
+//     shared memory and written after one barrier as 16-byte streaming
+//     stores (the whole scale buffer, slack units included: no memset);
+//   * a lane copies its 8 16-byte vectors of the row (8 values each; a block
+//     is two adjacent lanes) into its own slots of shared memory by cp.async,
+//     two commit groups of 4, then keys and encodes each 4 packed as they
+//     land (HalfRowCodes: the block key as a max over 16-bit halves, the
+//     codes' magnitudes in pairs on the FMA pipe; a block with a NaN takes
+//     the unpacked exact path) and stores each vector's 8 codes as one 4-byte
+//     streaming store (a warp store: 128 contiguous bytes);
+//   * the unit's group (LocateUnit, every warp) gives the tensor scale: the
+//     encode multipliers of the 128 scale bytes are a shared table filled
+//     while the loads are in flight.
+// Measured (bf16, 16384x4096, 8 ragged groups, op back to back, per-group
+// amax included; docs/performance.md, thirty-first session): the generic
+// TileKernel, which served this op before, 185 us; this plan with 4 vectors
+// per lane held in registers 116 us (kernel 71); with 8 by cp.async 101 us
+// (at 4 CTAs per SM instead of 5: 102-103).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/grouped_layout.h"
+#include "common/grouped_problem.h"
+#include "common/nvfp4_format.h"
+#include "kernels/cp_async_cuda.cuh"
+#include "kernels/fp8_convert_cuda.cuh"
+#include "kernels/grouped_quantize_cuda.h"
+#include "kernels/grouped_quantize_cuda_device.cuh"
+#include "kernels/grouped_row_octet_cuda.cuh"
+#include "kernels/nvfp4_half_codes_cuda.cuh"
+#include "kernels/nvfp4_quantize_cuda_device.cuh"
+#include "kernels/nvfp4_quantize_cuda_math.cuh"
+
+namespace eqx_quant::cuda {
+namespace {
+
+using grouped_dev::Aligned;
+using grouped_dev::CheckLaunch;
+using grouped_dev::kThreads;
+using grouped_dev::LocateUnit;
+using grouped_dev::UnitGroup;
+using grouped_row::kSectorBytes;
+using grouped_row::kTileBytes;
+using grouped_row::kUnitRows;
+using grouped_row::MakeRowOctetLaunch;
+using grouped_row::OctetItem;
+using grouped_row::OctetItemOf;
+using grouped_row::OctetSectors;
+using grouped_row::RowParams;
+using grouped_row::SectorByte;
+using nvfp4::Bf16In;
+using nvfp4::F16In;
+
+constexpr int kVec = 8;                 // 16-bit values per 16-byte vector
+constexpr int kBatch = 4;               // vectors per lane encoded together
+constexpr int kBatches = 2;             // batches per lane
+constexpr int kLoads = kBatch * kBatches;       // vectors per lane
+constexpr int kChunkCols = kLoads * 32 * kVec;  // 2048
+constexpr int kTileCols = 4 * nvfp4::kB;  // columns of one scale tile: 64
+constexpr int kChunkTiles = kChunkCols / kTileCols;  // 32
+// Resident CTAs per SM: at most 48 registers, 34 KiB of shared memory. (At
+// 6 CTAs, 40 registers, the 4-vector version spilled 56 bytes.)
+constexpr int kMinBlocks = 5;
+
+// The codes of a lane's batch of vectors u < kBatch (4-byte words at out +
+// u * 32 words; column col0 + u * 256) and their scale bytes into sectors
+// (blocks from first_block in the chunk); a vector is encoded if its row
+// exists (row_ok) and it is below N.
+template <typename In, bool kScaled>
+__device__ __forceinline__ void EncodeBatch(const uint4 (&raw)[kBatch],
+                                            const float* enc_table,
+                                            float factor, bool row_ok,
+                                            int64_t col0, int64_t N, int q,
+                                            int first_block, uint32_t* out,
+                                            uint8_t (*sectors)[kSectorBytes]) {
+  const int lane = threadIdx.x % 32;
+  const unsigned block_lanes = 3u << (lane & 30);
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+    uint32_t sdb;
+    const uint32_t word =
+        nvfp4::HalfRowCodes<In, kScaled>(w, factor, enc_table, block_lanes, sdb);
+    // N % 16 == 0: both lanes of a block are in range or neither.
+    const bool ok = row_ok && col0 + u * 32 * kVec < N;
+    if (ok) __stcs(out + u * 32, word);
+    if (lane % 2 == 0) {  // padding rows / blocks: 0
+      const int block = first_block + (u * 32 + lane) / 2;  // in the chunk
+      sectors[block / 4][SectorByte(q, block)] =
+          ok ? static_cast<uint8_t>(sdb) : uint8_t{0};
+    }
+  }
+}
+
+template <typename In>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    RowOctetKernel(const __grid_constant__ RowParams p) {
+  __shared__ __align__(16) uint8_t sectors[kChunkTiles][kSectorBytes];
+  __shared__ float enc_table[128];
+  __shared__ uint4 staged[kLoads][kThreads];  // this lane's vectors: [u][t]
+
+  const int lane = threadIdx.x % 32;
+  const int q = threadIdx.x / 32;  // the warp's row of the octet
+  const int64_t N = p.cols;
+  const int64_t R = p.rs.rows;
+  const int64_t ex = blockIdx.y;
+  const OctetItem it = OctetItemOf(blockIdx.x, p.chunks);
+  const uint32_t chunk = it.chunk;
+  const uint32_t unit = it.unit;
+  const int local_row = it.local_row;
+  const int64_t col0 = int64_t{chunk} * kChunkCols + lane * kVec;
+  // Element ex * R * N + row * N + col0 is nibble 0 of a 4-byte word.
+  uint32_t* const row_words = reinterpret_cast<uint32_t*>(p.row) +
+                              (ex * R * N + col0) / kVec;
+  uint8_t* const scales = OctetSectors(p, ex, it);
+  const uint32_t tile0 = chunk * kChunkTiles;  // first column tile
+  // Sector t, half h on thread 2t + h (tiles past the row's last: none).
+  const int store_tile = threadIdx.x / 2;
+  const bool stores_sector =
+      store_tile < kChunkTiles && tile0 + store_tile < p.tiles_per_row;
+  // (Computed where used: registers are short.)
+  auto sector_dst = [&] {
+    return scales + int64_t{tile0 + store_tile} * kTileBytes +
+           16 * (threadIdx.x % 2);
+  };
+
+  const UnitGroup where =
+      LocateUnit(p.group_sizes + ex * p.groups, p.groups, p.rs, unit);
+
+  if (where.found) {  // CTA-uniform
+    const int64_t local0 = int64_t{unit - where.first} * kUnitRows;
+    const bool row_ok = local0 + local_row < where.count;
+    const int64_t row = where.start + local0 + local_row;
+    const uint16_t* x = static_cast<const uint16_t*>(p.x) + (ex * R + row) * N +
+                        col0;
+    // The lane's vectors into its own slots of `staged` (no barrier), a
+    // commit group per batch; zeros past the row's end or the group.
+#pragma unroll
+    for (int b = 0; b < kBatches; ++b) {
+#pragma unroll
+      for (int u = b * kBatch; u < (b + 1) * kBatch; ++u) {
+        const bool ok = row_ok && col0 + u * 32 * kVec < N;
+        AsyncCopy16(&staged[u][threadIdx.x], ok ? x + u * 32 * kVec : p.x, ok);
+      }
+      AsyncCommit();
+    }
+    // The group's tensor scale and the multipliers of its 128 scale bytes
+    // (/ 8 where that is exact for all of them), while the loads fly.
+    const Nvfp4TensorScale ts =
+        MakeNvfp4TensorScale(p.amax[ex * p.groups + where.group]);
+    const bool scaled = nvfp4::EighthIsExact(Nvfp4EncodeMultiplier(
+        static_cast<uint8_t>(nvfp4::kSmallestMultiplierByte), ts));
+    if (threadIdx.x < 128) {
+      const float enc =
+          Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
+      enc_table[threadIdx.x] = scaled ? nvfp4::MulRn(enc, 0.125f) : enc;
+    }
+    __syncthreads();  // the table is in
+    uint32_t* const out = row_words + row * N / kVec;
+    auto encode = [&](auto scaled_tag) {  // std::bool_constant of `scaled`
+#pragma unroll
+      for (int b = 0; b < kBatches; ++b) {
+        if (b == 0) {
+          AsyncWaitGroup<kBatches - 1>();
+        } else {
+          AsyncWaitGroup<0>();
+        }
+        uint4 raw[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          raw[u] = staged[b * kBatch + u][threadIdx.x];
+        }
+        EncodeBatch<In, decltype(scaled_tag)::value>(
+            raw, enc_table, ts.factor, row_ok, col0 + b * kBatch * 32 * kVec, N,
+            q, b * kBatch * 16, out + b * kBatch * 32, sectors);
+      }
+    };
+    if (scaled) {
+      encode(std::true_type{});
+    } else {
+      encode(std::false_type{});
+    }
+    __syncthreads();  // the sectors are in
+    if (stores_sector) {
+      StoreStreaming16(sector_dst(), *reinterpret_cast<const uint4*>(
+                                       &sectors[store_tile][16 * (threadIdx.x % 2)]));
+    }
+  } else if (unit < p.worst_units && stores_sector) {  // the buffer's slack
+    StoreStreaming16(sector_dst(), make_uint4(0, 0, 0, 0));
+  }
+
+  // Tail unit `unit`: this octet's rows of no group, zeroed.
+  const int64_t tail_row = where.end + int64_t{unit} * kUnitRows + local_row;
+  if (tail_row < R) {
+    uint32_t* const out = row_words + tail_row * N / kVec;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (col0 + u * 32 * kVec < N) __stcs(out + u * 32, 0u);
+    }
+  }
+}
+
+}  // namespace
+
+GroupedLaunchStatus TryNvfp4RowOctet(
+    const GroupedNvfp4QuantizeProblem& problem,
+    const GroupedNvfp4QuantizeBuffers& buffers, cudaStream_t stream,
+    bool* taken) {
+  const GroupedView& v = problem.view;
+  *taken = false;
+  if (!problem.rowwise || problem.colwise || problem.use_2d ||
+      problem.stochastic_rounding || v.input_type == InputType::kF32 ||
+      v.cols % nvfp4::kB != 0 || v.batch > 65535 ||
+      v.rows >= (int64_t{1} << 25) || !Aligned(buffers.x, 16) ||
+      !Aligned(buffers.row, 4) || !Aligned(buffers.row_scale, 16)) {
+    return GroupedLaunchStatus{};
+  }
+  RowParams p;
+  dim3 grid;
+  if (!MakeRowOctetLaunch(problem, buffers, kChunkCols, grouped::kNvfp4Block,
+                          &p, &grid)) {
+    return GroupedLaunchStatus{};
+  }
+  *taken = true;
+  p.amax = buffers.amax;
+  if (v.input_type == InputType::kBF16) {
+    RowOctetKernel<Bf16In><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    RowOctetKernel<F16In><<<grid, kThreads, 0, stream>>>(p);
+  }
+  return CheckLaunch("launching the grouped NVFP4 RowOctetKernel");
+}
+
+}  // namespace eqx_quant::cuda
