@@ -325,9 +325,10 @@ def test_mxfp8_many_groups_wide_rows(x_name):
 def test_nvfp4_rowwise_many_groups_wide_rows(x_name):
     """NVFP4 rowwise alone runs its own kernel for 16-bit inputs with N % 16 == 0
     (RowOctetKernel: one tensor scale per group, whole scale sectors): 40 groups (two steps
-    of the per-CTA group lookup), rows wider than a CTA's 1024-column chunk, a last partial
-    64-column scale tile (N = 1168), rows of no group and sizes clamped at M. f32 and the
-    SR / 2D modes take the tile kernel: the same bytes either way."""
+    of the per-CTA group lookup), a partial 2048-column chunk with a last partial 64-column
+    scale tile (N = 1168), rows of no group and sizes clamped at M (rows of several chunks:
+    test_large_many_ctas). f32 and the SR / 2D modes take the tile kernel: the same bytes
+    either way."""
     m, n = 700, 1168
     x = spread_random((m, n), X_DTYPES[x_name], seed=32)
     x[::9] *= np.float32(2.0**-10)  # per-group amaxes apart (f16: subnormals)
