@@ -11,10 +11,16 @@
 // common/nvfp4_format.h). Compiled with --fmad=false --ftz=false
 // --prec-div=true.
 //
-// Rowwise alone for bf16 / f16 without stochastic rounding or 2D scaling
+// The rowwise part for bf16 / f16 without stochastic rounding or 2D scaling
 // (N % 16 == 0, aligned buffers) runs RowOctetKernel instead (kernels/
 // grouped_nvfp4_row_cuda.cu: TryNvfp4RowOctet, tried first); it writes the
-// whole scale buffer itself, so no memset runs before it.
+// whole rowwise scale buffer itself, so no memset runs before it. It takes
+// the rowwise part alone, and beside a colwise part when the problem is wide
+// (TileKernel's grid below): TileKernel then writes the colwise part alone.
+// That reads x twice, but TileKernel is bound by its instructions (issue
+// slots 73% busy, DRAM 19%, at 16384x4096), not by memory. Measured (bf16,
+// 8 groups, b2b, per-group amax included): 16384x4096 277.9 -> 256.5 us,
+// 4096^2 83.7 -> 83.3 (docs/performance.md, thirty-second session).
 //
 // TileKernel (256 threads, one unit per CTA, see grouped_quantize_cuda_
 // device.cuh for the units): a unit is 64 rows, aligned at its group's
@@ -55,6 +61,7 @@
 #include "common/grouped_problem.h"
 #include "common/nvfp4_format.h"
 #include "common/threefry.h"
+#include "kernels/cuda_sm_count.h"
 #include "kernels/grouped_quantize_cuda.h"
 #include "kernels/grouped_quantize_cuda_device.cuh"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
@@ -82,7 +89,13 @@ using nvfp4::Unpack;
 constexpr int kTile = 64;  // tile rows and columns
 constexpr int kPitch = kTile + 1;
 // Column tiles per CTA (the launch's grid.y covers ceil(col_tiles / this)):
-// LocateTile and the encode table are found once for all of them.
+// LocateTile and the encode table are found once for all of them. A problem
+// whose CTAs of kColTilesPerCta tiles would fill less than half of the
+// resident CTA slots (one not "wide") gets a CTA per column tile instead, so
+// that its few units' tiles run side by side rather than in turn. Measured
+// (bf16, 8 groups, b2b): 1024^2 (92 CTAs of 4 tiles) 22.4 -> 16.7 us with
+// one tile per CTA; 2048^2 (312 CTAs of 4 tiles) 31.5 -> 38.0 us, so it
+// keeps 4.
 constexpr int64_t kColTilesPerCta = 4;
 // Staged codes: a line (a row, or a T row) of the tile is 64 codes = 8
 // words, block b in words 2b, 2b + 1; lines 10 words apart, so that a warp's
@@ -476,25 +489,50 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
     const GroupedNvfp4QuantizeBuffers& buffers, CUstream_st* stream) {
   const GroupedView& v = problem.view;
   if (v.batch == 0) return GroupedLaunchStatus{};
-  if (v.rows * v.cols != 0) {  // the rowwise-only 16-bit path, if it suits
-    bool taken = false;
-    const GroupedLaunchStatus octets =
-        TryNvfp4RowOctet(problem, buffers, stream, &taken);
-    if (taken || !octets.ok) return octets;
-  }
-  GroupedLaunchStatus status = ZeroScaleBuffers(problem, buffers, stream);
-  if (!status.ok) return status;
-  if (v.rows * v.cols == 0) return status;
+  if (v.rows * v.cols == 0) return ZeroScaleBuffers(problem, buffers, stream);
 
   Nvfp4Params p{};
+  dim3 grid;
+  if (!TileGrid(v.rows, v.cols, v.groups, kTile, kTile, v.batch,
+                &p.group_units, &p.col_tiles, &grid)) {
+    return Unsupported(
+        "the tensor is too large (2^31 row tiles or more per example)");
+  }
+  const bool sr = problem.stochastic_rounding;
+  const int64_t wide_ctas =
+      p.group_units * grouped::CeilDiv(p.col_tiles, kColTilesPerCta);
+  const int64_t resident =
+      int64_t{SmCount()} * (sr ? kGroupedNvfp4MinBlocks<true>
+                               : kGroupedNvfp4MinBlocks<false>);
+  const bool wide = 2 * wide_ctas >= resident;
+  grid.y = static_cast<unsigned>(std::clamp<int64_t>(
+      grouped::CeilDiv(p.col_tiles, wide ? kColTilesPerCta : 1), 1, 65535));
+
+  // The rowwise part by RowOctetKernel if it suits (16-bit input, no SR or
+  // 2D): alone, or beside a colwise part of a wide problem, which TileKernel
+  // then writes alone (two reads of x, but TileKernel is bound by its
+  // instructions, not by memory). `tiled`: the parts left to TileKernel.
+  GroupedNvfp4QuantizeProblem tiled = problem;
+  if (problem.rowwise && (!problem.colwise || wide)) {
+    GroupedNvfp4QuantizeProblem row_part = problem;
+    row_part.colwise = false;
+    bool taken = false;
+    const GroupedLaunchStatus octets =
+        TryNvfp4RowOctet(row_part, buffers, stream, &taken);
+    if (!octets.ok || (taken && !problem.colwise)) return octets;
+    tiled.rowwise = !taken;
+  }
+  GroupedLaunchStatus status = ZeroScaleBuffers(tiled, buffers, stream);
+  if (!status.ok) return status;
+
   p.x = buffers.x;
   p.amax = buffers.amax;
   p.keys = buffers.keys;
   p.group_sizes = buffers.group_sizes;
-  p.row = problem.rowwise ? buffers.row : nullptr;
-  p.row_scale = problem.rowwise ? buffers.row_scale : nullptr;
-  p.col = problem.colwise ? buffers.col : nullptr;
-  p.col_scale = problem.colwise ? buffers.col_scale : nullptr;
+  p.row = tiled.rowwise ? buffers.row : nullptr;
+  p.row_scale = tiled.rowwise ? buffers.row_scale : nullptr;
+  p.col = tiled.colwise ? buffers.col : nullptr;
+  p.col_scale = tiled.colwise ? buffers.col_scale : nullptr;
   p.batch = v.batch;
   p.rows = v.rows;
   p.cols = v.cols;
@@ -505,25 +543,16 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   p.use_2d = problem.use_2d;
   const int64_t vec = v.input_type == InputType::kF32 ? F32In::kVec : Bf16In::kVec;
   p.vec_load = v.cols % vec == 0 && nvfp4::IsAligned(buffers.x, 16);
-  dim3 grid;
-  if (!TileGrid(v.rows, v.cols, v.groups, kTile, kTile, v.batch,
-                &p.group_units, &p.col_tiles, &grid)) {
-    return Unsupported(
-        "the tensor is too large (2^31 row tiles or more per example)");
-  }
-  grid.y = static_cast<unsigned>(std::clamp<int64_t>(
-      grouped::CeilDiv(p.col_tiles, kColTilesPerCta), 1, 65535));
-  const bool sr = problem.stochastic_rounding;
   switch (v.input_type) {
     case InputType::kF32:
-      return LaunchInput<F32In>(p, problem.rowwise, problem.colwise, sr, grid,
+      return LaunchInput<F32In>(p, tiled.rowwise, tiled.colwise, sr, grid,
                                 stream);
     case InputType::kF16:
-      return LaunchInput<F16In>(p, problem.rowwise, problem.colwise, sr, grid,
+      return LaunchInput<F16In>(p, tiled.rowwise, tiled.colwise, sr, grid,
                                 stream);
     case InputType::kBF16:
-      return LaunchInput<Bf16In>(p, problem.rowwise, problem.colwise, sr,
-                                 grid, stream);
+      return LaunchInput<Bf16In>(p, tiled.rowwise, tiled.colwise, sr, grid,
+                                 stream);
   }
   return Unsupported("unknown input type");
 }
