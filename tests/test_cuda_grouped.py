@@ -355,6 +355,51 @@ def test_nvfp4_rowwise_batched_and_units():
     _check(y, units, "nvfp4", fa=2, layouts=(L.ROWWISE,))
 
 
+def _panel_cols(rows, groups, batch, short):
+    """The smallest N = 512 k - short (a partial last chunk) for which GroupedPanelKernel
+    takes a grouped NVFP4 problem: its rule (Nvfp4PanelsApply) asks for N >= 512 and a grid
+    of at least one wave, i.e. worst-case 64-row units x 512-column chunks x batch >= 3 CTAs
+    per SM."""
+    k = min(groups, rows)
+    units = k - 1 + -(-(rows - k + 1) // 64)
+    sms = getattr(CUDA, "core_count", 132)  # an H100 / H200 where JAX does not say
+    chunks = max(2, -(-3 * sms // (units * batch)))
+    return 512 * chunks - short
+
+
+@pytest.mark.parametrize("x_name", ["bf16", "f16"])
+def test_nvfp4_colwise_panels(x_name):
+    """NVFP4 with a colwise part, 16-bit inputs, N % 8 == 0 and a grid of at least one wave
+    runs its own kernel (GroupedPanelKernel: 64-row units of 512 columns, each column's T-row
+    segment stored from any nibble; the rowwise part in the same read when N % 16 == 0), so
+    each case takes N from _panel_cols. 40 groups of every size residue mod 8 and mod 64
+    (odd sizes: T rows that start mid-byte), a partial last chunk, rows of no group and sizes
+    clamped at the rows; N % 16 == 8 (the colwise layout alone by the panels, both by the
+    tile kernel); a vmapped batch with per-example sizes, a NaN and an inf; U = 3 rows per
+    group-size unit."""
+    both = (L.COLWISE, L.ROWWISE_COLWISE)
+    rng = np.random.default_rng(7)
+    ragged = rng.integers(0, 40, size=40)
+    ragged[[0, 11, 39]] = 0
+    ragged[[1, 2, 3]] = [1, 63, 65]
+    past = ragged.copy()
+    past[30] = 500
+    for short, patterns in ((32, [ragged, past, np.full(40, 17)]), (40, [ragged])):
+        x = spread_random((700, _panel_cols(700, 40, 1, short)), X_DTYPES[x_name], seed=35)
+        x[::7] *= np.float32(2.0**-9)
+        _check(x, patterns, "nvfp4", layouts=both, dbias=False)
+    b = spread_random((3, M, _panel_cols(M, G, 3, 48)), X_DTYPES[x_name], seed=36)
+    b[1] *= np.float32(2.0**-6)  # a different amax per example (f16 has no room above)
+    b[2, 9, 17] = np.nan
+    b[0, 200, 3] = np.inf
+    batched = [np.array([PATTERNS[0], PATTERNS[7], PATTERNS[8]], np.int32),
+               np.array([PATTERNS[2], PATTERNS[6], PATTERNS[5]], np.int32)]
+    _check(b, batched, "nvfp4", layouts=both, vmapped=True, dbias=False)
+    y = spread_random((107, 3, _panel_cols(M, G, 1, 16)), X_DTYPES[x_name], seed=37)
+    units = [[1, 10, 11, 42, 43, 0], [35, 0, 0, 0, 0, 80], [5, 5, 5, 5, 5, 5]]
+    _check(y, units, "nvfp4", fa=2, layouts=both)
+
+
 _GRAPH_CODE = textwrap.dedent(
     """
     import hashlib

@@ -21,6 +21,10 @@
 // slots 73% busy, DRAM 19%, at 16384x4096), not by memory. Measured (bf16,
 // 8 groups, b2b, per-group amax included): 16384x4096 277.9 -> 256.5 us,
 // 4096^2 83.7 -> 83.3 (docs/performance.md, thirty-second session).
+// A problem with a colwise part, for the same inputs (N % 8 == 0; N % 16 ==
+// 0 with a rowwise part), at least 512 columns and a grid of at least one
+// wave, runs GroupedPanelKernel instead (kernels/grouped_nvfp4_panel_cuda.
+// cu): both parts in one read of x, or the colwise part alone.
 //
 // TileKernel (256 threads, one unit per CTA, see grouped_quantize_cuda_
 // device.cuh for the units): a unit is 64 rows, aligned at its group's
@@ -508,12 +512,14 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   grid.y = static_cast<unsigned>(std::clamp<int64_t>(
       grouped::CeilDiv(p.col_tiles, wide ? kColTilesPerCta : 1), 1, 65535));
 
-  // The rowwise part by RowOctetKernel if it suits (16-bit input, no SR or
-  // 2D): alone, or beside a colwise part of a wide problem, which TileKernel
-  // then writes alone (two reads of x, but TileKernel is bound by its
-  // instructions, not by memory). `tiled`: the parts left to TileKernel.
+  // GroupedPanelKernel if it takes the problem; else the rowwise part by
+  // RowOctetKernel if it suits (16-bit input, no SR or 2D): alone, or beside
+  // a colwise part of a wide problem, which TileKernel then writes alone (two
+  // reads of x, but TileKernel is bound by its instructions, not by memory).
+  // `tiled`: the parts left to TileKernel.
+  const bool panels = problem.colwise && Nvfp4PanelsApply(problem, buffers);
   GroupedNvfp4QuantizeProblem tiled = problem;
-  if (problem.rowwise && (!problem.colwise || wide)) {
+  if (problem.rowwise && !panels && (!problem.colwise || wide)) {
     GroupedNvfp4QuantizeProblem row_part = problem;
     row_part.colwise = false;
     bool taken = false;
@@ -524,6 +530,7 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   }
   GroupedLaunchStatus status = ZeroScaleBuffers(tiled, buffers, stream);
   if (!status.ok) return status;
+  if (panels) return LaunchNvfp4Panels(problem, buffers, stream);
 
   p.x = buffers.x;
   p.amax = buffers.amax;

@@ -408,6 +408,16 @@ GroupedLaunchStatus TryNvfp4RowOctet(
     const GroupedNvfp4QuantizeBuffers& buffers, cudaStream_t stream,
     bool* taken);
 
+// The NVFP4 path with a colwise part (alone or with the rowwise part) for
+// 16-bit inputs without stochastic rounding or 2D scaling (kernels/
+// grouped_nvfp4_panel_cuda.cu): whether its GroupedPanelKernel takes
+// `problem`, and its launch (after the scale buffers' memset).
+bool Nvfp4PanelsApply(const GroupedNvfp4QuantizeProblem& problem,
+                      const GroupedNvfp4QuantizeBuffers& buffers);
+GroupedLaunchStatus LaunchNvfp4Panels(
+    const GroupedNvfp4QuantizeProblem& problem,
+    const GroupedNvfp4QuantizeBuffers& buffers, cudaStream_t stream);
+
 // The colwise and rowwise + colwise MXFP8 path (kernels/grouped_mxfp8_unit_
 // cuda.cu): launches UnitTileKernel if the problem suits it (*taken says
 // whether); nothing is enqueued otherwise.
