@@ -344,6 +344,20 @@ def _ffi_quantize(platform, x, amax, col_amax, key, offset, global_shape, *, n_b
     return [np.asarray(o).view(np.uint8) for o in out]
 
 
+def _raw_op_gpu_and_cpu(args, global_shape, **flags):
+    """The raw op's outputs on the GPU and on the CPU (its CPU kernels: skips without them)."""
+    device, impl = expected_device_and_impl(OPS, CUDA)
+    if impl != "ffi":
+        pytest.skip("needs the CPU NVFP4 kernels for the expected bytes")
+    with jax.default_device(device):
+        want = _ffi_quantize("cpu", *[jax.device_put(a, device) for a in args],
+                             global_shape, **flags)
+    with jax.default_device(CUDA):
+        got = _ffi_quantize("cuda", *[jax.device_put(a, CUDA) for a in args],
+                            global_shape, **flags)
+    return got, want
+
+
 # The raw op's outputs: row, row_scale, col, col_scale.
 _OUT_DTYPES = (jnp.float4_e2m1fn, jnp.float8_e4m3fn, jnp.float4_e2m1fn, jnp.float8_e4m3fn)
 
@@ -420,17 +434,38 @@ def test_stochastic_rounding_index(case, parts):
     args = [x, amax, col_amax, key, np.asarray(offset, np.int32)]
     flags = dict(n_batch=n_batch, fa=fa, rowwise=True, colwise=parts == "both", use_2d=use_2d,
                  use_rht=use_rht, sr=True)
-    device, impl = expected_device_and_impl(OPS, CUDA)
-    if impl != "ffi":
-        pytest.skip("needs the CPU NVFP4 kernels for the expected bytes")
-    with jax.default_device(device):
-        want = _ffi_quantize("cpu", *[jax.device_put(a, device) for a in args],
-                             global_shape, **flags)
-    with jax.default_device(CUDA):
-        got = _ffi_quantize("cuda", *[jax.device_put(a, CUDA) for a in args],
-                            global_shape, **flags)
+    got, want = _raw_op_gpu_and_cpu(args, global_shape, **flags)
     for name, g, w in zip(("row", "row_scale", "col", "col_scale"), got, want):
         assert_same_bytes(g, w, f"{shape} offset={offset} {parts}: {name}")
+
+
+@pytest.mark.parametrize("x_name", ["bf16", "f16"])
+@pytest.mark.parametrize("parts", ["both", "col"])
+@pytest.mark.parametrize("amaxes", ["equal", "different"])
+def test_2d_panels(x_name, parts, amaxes):
+    """2D NVFP4 of 16-bit input without SR on aligned shapes runs PanelKernel's 2D path: one
+    encode per tile row, the colwise codes the transposed rowwise ones where both parts share
+    the tensor scale, a second encode at the colwise scale where the caller passed another
+    colwise amax (the raw op). It takes grids of at least a CTA per two SMs (PanelsApply): here
+    81 CTAs per example (K = 1040: 65 panels, a partial last group of 8; W = 2064: 258 vectors,
+    a partial vector group of 32) and enough examples, each with its own amax. Tiles with a
+    NaN (the NaN-free tile key, the exact encoder), an inf, all zeros and subnormals."""
+    k, w = 1040, 2064
+    batch = -(-getattr(CUDA, "core_count", 132) // 81)  # an H100 / H200 where JAX does not say
+    x = spread_random((max(2, batch), k, w), X_DTYPES[x_name], seed=41)
+    x[0, 16:32, 32:48] = 0
+    x[0, 40, 70] = np.nan
+    x[1, 100, 300] = np.inf
+    x[1, k - 16 :, w - 16 :] *= np.float32(2.0**-20)
+    amax = np.array([[np.nanmax(np.abs(e.astype(np.float32)))] for e in x], np.float32)
+    col_amax = amax * np.float32(1.5) if amaxes == "different" else amax
+    key = np.zeros((len(x), 2), np.uint32)
+    args = [x, amax, col_amax, key, np.zeros(2, np.int32)]
+    flags = dict(n_batch=1, fa=1, rowwise=parts == "both", colwise=True, use_2d=True,
+                 use_rht=False, sr=False)
+    got, want = _raw_op_gpu_and_cpu(args, (k, w), **flags)
+    for name, g, w in zip(("row", "row_scale", "col", "col_scale"), got, want):
+        assert_same_bytes(g, w, f"2D {x_name} {parts} {amaxes}: {name}")
 
 
 _GRAPH_CODE = textwrap.dedent(

@@ -1,6 +1,8 @@
 // CUDA kernel of eqx_quant_nvfp4_quantize for sm_90a: 1D colwise NVFP4 (with
-// or without the RHT, with or without stochastic rounding, rowwise optional)
-// when every colwise block is whole and every row is whole 16-byte vectors
+// or without the RHT, with or without stochastic rounding, rowwise optional),
+// and 2D NVFP4 with a colwise part for 16-bit input without stochastic
+// rounding (k2d, Panel2d: one encode per tile row serves both parts), when
+// every colwise block is whole and every row is whole 16-byte vectors
 // (PanelsApply). Bit-exact with the CPU kernel; kernels/nvfp4_tile_cuda.cu
 // serves the other colwise and 2D problems.
 //
@@ -59,7 +61,9 @@
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
 #include "common/rht.h"
+#include "kernels/cuda_sm_count.h"
 #include "kernels/nvfp4_half_codes_cuda.cuh"
+#include "kernels/nvfp4_panel_2d_cuda.cuh"
 #include "kernels/nvfp4_quantize_cuda.h"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
 
@@ -240,7 +244,12 @@ __device__ __forceinline__ void StoreStagedColumns(const PanelParams& p,
   }
 }
 
-template <typename In, bool kRht, bool kSr>
+// Panel2d (kernels/nvfp4_panel_2d_cuda.cuh) stages each column's codes and
+// scale byte where the 1D colwise steps do.
+static_assert(StagedCodeRow(0) == 0 && StagedCodeRow(1) == 2 &&
+              StagedScaleRow<2>(0) == 4 && StagedScaleRow<2>(1) == 5);
+
+template <typename In, bool kRht, bool kSr, bool k2d>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     PanelKernel(const __grid_constant__ PanelParams p) {
   using Storage = typename In::Storage;
@@ -250,6 +259,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
   // 16-bit inputs without SR: the packed paths (HalfBlockCodes,
   // HalfRowCodes); the colwise values are bf16 after the RHT, else In's.
   constexpr bool kPacked = kVec == 8 && !kSr;
+  static_assert(!k2d || (kPacked && !kRht), "2D panels: 16-bit, no SR or RHT");
   using ColElem = std::conditional_t<kRht, Bf16In, In>;
   extern __shared__ __align__(16) uint8_t panel_smem[];
   __shared__ float enc_table[2][128];  // rowwise, colwise
@@ -328,9 +338,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       key1 = p.key[2 * ex + 1];
     }
 
+    if constexpr (k2d) {
+      const bool same_scale = __float_as_uint(p.amax[ex]) ==
+                              __float_as_uint(p.col_amax[ex]);
+      Panel2d<In, kPanelRowBytes>(
+          mine, p.row, p.row_scale, first, p.width, live, same_scale,
+          row_scaled, col_scaled, row_t.factor, col_t.factor, enc_table[0],
+          enc_table[1]);
+    }
+
     // Rowwise first: the colwise pass below stages its outputs in the
     // panel's words as it consumes them.
-    if (p.row != nullptr) {
+    if (!k2d && p.row != nullptr) {
       // The lanes of this thread's rowwise block (for the rare NaN shuffle).
       const unsigned block_lanes = ((1u << kLanesPerBlock) - 1u)
                                    << (lane & ~(kLanesPerBlock - 1));
@@ -413,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     // Colwise, kPerWord columns per step: word jw of the vector (rotated by
     // lane / 8 so that a warp's 4-byte loads hit 32 distinct banks).
 #pragma unroll 1
-    for (int step = 0; step < 4; ++step) {
+    for (int step = 0; step < (k2d ? 0 : 4); ++step) {
       const int jw = (step + lane / 8) % 4;
       uint32_t words[kB];
 #pragma unroll
@@ -503,7 +522,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
   }
 }
 
-template <typename In, bool kRht, bool kSr>
+template <typename In, bool kRht, bool kSr, bool k2d>
 Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
                               const Nvfp4QuantizeBuffers& buf,
                               const SrLayout& sr, cudaStream_t stream) {
@@ -536,14 +555,15 @@ Nvfp4LaunchStatus LaunchTyped(const Nvfp4QuantizeProblem& pr,
   const unsigned grid_y =
       static_cast<unsigned>(std::min<int64_t>(v.batch, 65535));
   static const cudaError_t allowed = cudaFuncSetAttribute(
-      PanelKernel<In, kRht, kSr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      PanelKernel<In, kRht, kSr, k2d>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize,
       kPanelBytes);
   if (allowed != cudaSuccess) {
     cudaGetLastError();
     return Nvfp4LaunchStatus{false, static_cast<int>(allowed),
                              "allowing PanelKernel 64 KiB of shared memory"};
   }
-  return LaunchPdl(PanelKernel<In, kRht, kSr>,
+  return LaunchPdl(PanelKernel<In, kRht, kSr, k2d>,
                    dim3(static_cast<unsigned>(ctas), grid_y), stream, p,
                    "launching PanelKernel", kPanelBytes);
 }
@@ -554,7 +574,11 @@ bool PanelsApply(const Nvfp4QuantizeProblem& problem,
                  const Nvfp4QuantizeBuffers& buffers) {
   const Nvfp4View& v = problem.view;
   const int64_t vec = v.input_type == InputType::kF32 ? 4 : 8;
-  if (!problem.colwise || problem.use_2d) return false;
+  if (!problem.colwise) return false;
+  if (problem.use_2d && (v.input_type == InputType::kF32 || problem.use_rht ||
+                         problem.stochastic_rounding)) {
+    return false;  // the tile kernel's
+  }
   if (v.k % kB != 0 || v.l % kB != 0 || !IsAligned(buffers.x, 16) ||
       !IsAligned(buffers.col, 8) ||
       (problem.rowwise && !IsAligned(buffers.row, 4))) {
@@ -563,6 +587,13 @@ bool PanelsApply(const Nvfp4QuantizeProblem& problem,
   const int64_t width = v.c * v.l;
   const int64_t ctas = CeilDiv(v.a * v.k / kB, int64_t{kWarps}) *
                        CeilDiv(width / vec, int64_t{32});
+  // 2D: at least a CTA per two SMs, else the tile kernel's 64 x 64 tiles
+  // spread the work better (bf16, b2b: 1024^2, 32 CTAs, 11.1 us here against
+  // 8.8 there; 2048^2, 128 CTAs, 14.1 against 19.4).
+  if (problem.use_2d &&
+      2 * ctas * std::min<int64_t>(v.batch, 65535) < int64_t{SmCount()}) {
+    return false;
+  }
   return ctas <= 0x7FFFFFFF;
 }
 
@@ -570,8 +601,15 @@ Nvfp4LaunchStatus LaunchPanels(const Nvfp4QuantizeProblem& problem,
                                const Nvfp4QuantizeBuffers& buffers,
                                const SrLayout& sr, cudaStream_t stream) {
   return DispatchInputAndModes(problem, [&](auto input, auto rht, auto sr_on) {
-    return LaunchTyped<decltype(input), decltype(rht)::value,
-                       decltype(sr_on)::value>(problem, buffers, sr, stream);
+    using In = decltype(input);
+    constexpr bool kRht = decltype(rht)::value;
+    constexpr bool kSr = decltype(sr_on)::value;
+    if constexpr (In::kVec == 8 && !kRht && !kSr) {
+      if (problem.use_2d) {
+        return LaunchTyped<In, false, false, true>(problem, buffers, sr, stream);
+      }
+    }
+    return LaunchTyped<In, kRht, kSr, false>(problem, buffers, sr, stream);
   });
 }
 

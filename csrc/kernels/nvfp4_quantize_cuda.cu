@@ -1,6 +1,7 @@
 // CUDA kernels of eqx_quant_nvfp4_quantize for sm_90a (H100 / H200): the
-// rowwise-only kernels and the dispatch (kernels/nvfp4_tile_cuda.cu has the
-// kernel of every problem with a colwise part or 2D scaling).
+// rowwise-only kernels and the dispatch (kernels/nvfp4_panel_cuda.cu and
+// kernels/nvfp4_tile_cuda.cu have the kernels of the problems with a colwise
+// part or 2D scaling).
 //
 // Semantics: exactly the CPU kernel's (kernels/nvfp4_quantize_cpu.h), bit for
 // bit (docs/block_formats.md, "NVFP4"). Per block of 16 (a partial block as

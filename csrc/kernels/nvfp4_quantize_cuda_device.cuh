@@ -481,8 +481,9 @@ Nvfp4LaunchStatus LaunchTiles(const Nvfp4QuantizeProblem& problem,
                               const Nvfp4QuantizeBuffers& buffers,
                               const SrLayout& sr, cudaStream_t stream);
 
-// The PanelKernel launcher (kernels/nvfp4_panel_cuda.cu): 1D colwise when
-// K % 16 == 0, L % 16 == 0 and the buffers are aligned (PanelsApply); faster
+// The PanelKernel launcher (kernels/nvfp4_panel_cuda.cu): problems with a
+// colwise part when K % 16 == 0, L % 16 == 0 and the buffers are aligned, 1D,
+// or 2D for 16-bit input without stochastic rounding (PanelsApply); faster
 // than the tile kernel there.
 bool PanelsApply(const Nvfp4QuantizeProblem& problem,
                  const Nvfp4QuantizeBuffers& buffers);

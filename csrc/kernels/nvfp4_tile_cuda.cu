@@ -1,6 +1,7 @@
 // CUDA kernel of eqx_quant_nvfp4_quantize for sm_90a: every problem with a
 // colwise part or 2D scaling that PanelKernel (kernels/nvfp4_panel_cuda.cu,
-// the aligned 1D colwise problems) does not take; kernels/nvfp4_quantize_cuda.cu
+// the aligned colwise problems: 1D, and 2D of 16-bit input without SR) does
+// not take; kernels/nvfp4_quantize_cuda.cu
 // has the rowwise-only kernels and the semantics. Bit-exact with the CPU
 // kernel.
 //
