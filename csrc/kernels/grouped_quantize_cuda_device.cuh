@@ -409,9 +409,10 @@ GroupedLaunchStatus TryNvfp4RowOctet(
     bool* taken);
 
 // The NVFP4 path with a colwise part (alone or with the rowwise part) for
-// 16-bit inputs without stochastic rounding or 2D scaling (kernels/
-// grouped_nvfp4_panel_cuda.cu): whether its GroupedPanelKernel takes
-// `problem`, and its launch (after the scale buffers' memset).
+// 16-bit inputs without stochastic rounding or 2D scaling, N >= 512 and a
+// grid of at least one wave (kernels/grouped_nvfp4_panel_cuda.cu): whether
+// its GroupedPanelKernel takes `problem`, and its launch (after the scale
+// buffers' memset).
 bool Nvfp4PanelsApply(const GroupedNvfp4QuantizeProblem& problem,
                       const GroupedNvfp4QuantizeBuffers& buffers);
 GroupedLaunchStatus LaunchNvfp4Panels(
