@@ -43,6 +43,7 @@ from helpers import cuda_device
 
 import eqx_quant as eqq
 from eqx_quant._ops import _ffi
+from eqx_quant.reference._grouped import most_units
 
 
 OPS = ("grouped_fp8_quantize", "grouped_mxfp8_quantize", "grouped_nvfp4_quantize",
@@ -360,8 +361,7 @@ def _panel_cols(rows, groups, batch, short):
     takes a grouped NVFP4 problem: its rule (Nvfp4PanelsApply) asks for N >= 512 and a grid
     of at least one wave, i.e. worst-case 64-row units x 512-column chunks x batch >= 3 CTAs
     per SM."""
-    k = min(groups, rows)
-    units = k - 1 + -(-(rows - k + 1) // 64)
+    units = most_units(rows, groups, 64)
     sms = getattr(CUDA, "core_count", 132)  # an H100 / H200 where JAX does not say
     chunks = max(2, -(-3 * sms // (units * batch)))
     return 512 * chunks - short

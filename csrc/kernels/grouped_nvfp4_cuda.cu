@@ -494,6 +494,11 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   const GroupedView& v = problem.view;
   if (v.batch == 0) return GroupedLaunchStatus{};
   if (v.rows * v.cols == 0) return ZeroScaleBuffers(problem, buffers, stream);
+  if (Nvfp4PanelsApply(problem, buffers)) {
+    const GroupedLaunchStatus status =
+        ZeroScaleBuffers(problem, buffers, stream);
+    return status.ok ? LaunchNvfp4Panels(problem, buffers, stream) : status;
+  }
 
   Nvfp4Params p{};
   dim3 grid;
@@ -512,14 +517,12 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   grid.y = static_cast<unsigned>(std::clamp<int64_t>(
       grouped::CeilDiv(p.col_tiles, wide ? kColTilesPerCta : 1), 1, 65535));
 
-  // GroupedPanelKernel if it takes the problem; else the rowwise part by
-  // RowOctetKernel if it suits (16-bit input, no SR or 2D): alone, or beside
-  // a colwise part of a wide problem, which TileKernel then writes alone (two
-  // reads of x, but TileKernel is bound by its instructions, not by memory).
-  // `tiled`: the parts left to TileKernel.
-  const bool panels = problem.colwise && Nvfp4PanelsApply(problem, buffers);
+  // The rowwise part by RowOctetKernel if it suits (16-bit input, no SR or
+  // 2D): alone, or beside a colwise part of a wide problem, which TileKernel
+  // then writes alone (two reads of x, but TileKernel is bound by its
+  // instructions, not by memory). `tiled`: the parts left to TileKernel.
   GroupedNvfp4QuantizeProblem tiled = problem;
-  if (problem.rowwise && !panels && (!problem.colwise || wide)) {
+  if (problem.rowwise && (!problem.colwise || wide)) {
     GroupedNvfp4QuantizeProblem row_part = problem;
     row_part.colwise = false;
     bool taken = false;
@@ -530,7 +533,6 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   }
   GroupedLaunchStatus status = ZeroScaleBuffers(tiled, buffers, stream);
   if (!status.ok) return status;
-  if (panels) return LaunchNvfp4Panels(problem, buffers, stream);
 
   p.x = buffers.x;
   p.amax = buffers.amax;

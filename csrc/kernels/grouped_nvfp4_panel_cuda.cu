@@ -174,10 +174,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       continue;
     }
 
-    RegionSpec regions;
-    regions.rowwise = kRow;
-    regions.colwise = true;
-    regions.block = grouped::kNvfp4Block;
+    const RegionSpec regions{kRow, true, grouped::kNvfp4Block};
     LocateTile<kUnitRows>(sizes, G, p.rs, N, regions, unit, sh);
     if (sh.found.group < 0) continue;  // CTA-uniform
     const int64_t start = sh.found.start;

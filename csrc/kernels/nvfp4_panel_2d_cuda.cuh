@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/nvfp4_half_codes_cuda.cuh"
+#include "kernels/nvfp4_panel_staging_cuda.cuh"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
 #include "kernels/nvfp4_quantize_cuda_math.cuh"
 
@@ -103,8 +104,8 @@ __device__ __forceinline__ uint32_t TileRowCodes(const uint32_t (&w)[4],
 }
 
 // One 2D tile-half of PanelKernel (kernels/nvfp4_panel_cuda.cu): this
-// thread's panel (16 rows of 16 bytes, kRowBytes apart from `mine`, its own
-// shared slots) and lane ^ 1's are one tile. Per row: the tile's code word
+// thread's panel (16 rows of 16 bytes, kPanelRowBytes apart from `mine`, its
+// own shared slots) and lane ^ 1's are one tile. Per row: the tile's code word
 // (TileRowCodes) to `row` (null: no rowwise part; not by a dead lane) at byte
 // (first + i * width) / 2, with the tile's scale byte at (first + i * width)
 // / 16 of `row_scale` (by the even lane), as the 1D rowwise loop stores them;
@@ -112,16 +113,17 @@ __device__ __forceinline__ uint32_t TileRowCodes(const uint32_t (&w)[4],
 // tensor scale, `same_scale`; else a second pass at the colwise one) staged
 // in word (lane / 8) % 4 of the row, which the row has consumed (a warp's 32
 // lanes: 32 banks). Then the 16 staged words, transposed as two 8x8 nibble
-// matrices, are the 16 codes of each of the thread's 8 columns: column c's
-// in rows 2 (c % 2) and 2 (c % 2) + 1 of word c / 2, its scale byte in row
-// 4 + c % 2, where the 1D colwise steps stage theirs. `*_scaled`: the tables
+// matrices, are the 16 codes of each of the thread's 8 columns, staged where
+// the 1D colwise steps stage theirs (StagedCodeRow, StagedScaleRow: column c
+// is sub c % 2 of word c / 2). `*_scaled`: the tables
 // hold the multipliers / 8 (the packed encoders).
-template <typename In, int kRowBytes>
+template <typename In>
 __device__ __forceinline__ void Panel2d(
     uint8_t* mine, uint8_t* row, uint8_t* row_scale, int64_t first,
     int64_t width, bool live, bool same_scale, bool row_scaled, bool col_scaled,
     float row_factor, float col_factor, const float* row_table,
     const float* col_table) {
+  constexpr int kRowBytes = kPanelRowBytes;
   constexpr int kRowWords = kRowBytes / 4;
   const int lane = threadIdx.x % 32;
   const int jw0 = lane / 8 % 4;
@@ -171,9 +173,9 @@ __device__ __forceinline__ void Panel2d(
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     uint32_t* const slot = reinterpret_cast<uint32_t*>(mine + 4 * (c / 2));
-    slot[2 * (c % 2) * kRowWords] = low[c];
-    slot[(2 * (c % 2) + 1) * kRowWords] = high[c];
-    slot[(4 + c % 2) * kRowWords] = col_sdb;
+    slot[StagedCodeRow(c % 2) * kRowWords] = low[c];
+    slot[(StagedCodeRow(c % 2) + 1) * kRowWords] = high[c];
+    slot[StagedScaleRow<2>(c % 2) * kRowWords] = col_sdb;
   }
 }
 

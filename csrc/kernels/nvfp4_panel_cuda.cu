@@ -64,6 +64,7 @@
 #include "kernels/cuda_sm_count.h"
 #include "kernels/nvfp4_half_codes_cuda.cuh"
 #include "kernels/nvfp4_panel_2d_cuda.cuh"
+#include "kernels/nvfp4_panel_staging_cuda.cuh"
 #include "kernels/nvfp4_quantize_cuda.h"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
 
@@ -139,22 +140,9 @@ __device__ __forceinline__ uint2 ColSrCodes(const float (&v)[kB], float enc,
                     E2M1StochasticWord8Signed(y1, r1));
 }
 
-// The panels in shared memory: [warp][row i][lane][16 bytes] (a warp's
-// copies of one row are 512 contiguous bytes); each thread reads back only
-// its own until the colwise outputs are staged (StoreStagedColumns).
-constexpr int kPanelRowBytes = 32 * 16;
+// The panels in shared memory and the staging rows:
+// kernels/nvfp4_panel_staging_cuda.cuh.
 constexpr int kPanelBytes = kWarps * kB * kPanelRowBytes;  // 64 KiB per CTA
-
-// Where a thread stages colwise column sub of a step in its word jw (a word
-// the step has consumed): the two code words in rows StagedCodeRow(sub) and
-// the next, the scale byte in row StagedScaleRow<kPerWord>(sub).
-__device__ __forceinline__ constexpr int StagedCodeRow(int sub) {
-  return 2 * sub;
-}
-template <int kPerWord>
-__device__ __forceinline__ constexpr int StagedScaleRow(int sub) {
-  return 2 * kPerWord + sub;
-}
 
 // Element `sub` of a word of In's storage (kVec / 4 elements per word).
 template <typename In>
@@ -243,11 +231,6 @@ __device__ __forceinline__ void StoreStagedColumns(const PanelParams& p,
     }
   }
 }
-
-// Panel2d (kernels/nvfp4_panel_2d_cuda.cuh) stages each column's codes and
-// scale byte where the 1D colwise steps do.
-static_assert(StagedCodeRow(0) == 0 && StagedCodeRow(1) == 2 &&
-              StagedScaleRow<2>(0) == 4 && StagedScaleRow<2>(1) == 5);
 
 template <typename In, bool kRht, bool kSr, bool k2d>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
@@ -341,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     if constexpr (k2d) {
       const bool same_scale = __float_as_uint(p.amax[ex]) ==
                               __float_as_uint(p.col_amax[ex]);
-      Panel2d<In, kPanelRowBytes>(
+      Panel2d<In>(
           mine, p.row, p.row_scale, first, p.width, live, same_scale,
           row_scaled, col_scaled, row_t.factor, col_t.factor, enc_table[0],
           enc_table[1]);
