@@ -9,13 +9,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from beartype import beartype
-from jax import lax
 from jaxtyping import Array, PRNGKeyArray, Shaped, jaxtyped
 
 from . import _quantize_blocks, reference
 from ._checks import validated_by
 from ._custom_types import HighPrecision
 from ._explicit import explicit_sharding
+from ._ops._sharding import pmax_amax
 from ._ops.fp8_quantize import Fp8QuantizeParams, fp8_quantize_op
 from ._quantizer import (
     AbstractBlockQuantizer,
@@ -159,7 +159,7 @@ def _tensor_scaling_forward(config: _Config, x: Array, quantizer) -> tuple[Scale
         if quantizer.needs_amax_first:
             observed = reference.amax(x)
             if config.amax_axes:
-                observed = lax.pmax(observed, config.amax_axes)
+                observed = pmax_amax(observed, config.amax_axes)
         scale = quantizer.scale_for(observed)
     params = Fp8QuantizeParams(
         q_dtype=quantizer.q_dtype,
@@ -172,7 +172,7 @@ def _tensor_scaling_forward(config: _Config, x: Array, quantizer) -> tuple[Scale
     )
     row, col, scale_inv, kernel_amax, dbias = fp8_quantize_op.bind(x, scale, params=params)
     if observed is None:
-        observed = lax.pmax(kernel_amax, config.amax_axes) if config.amax_axes else kernel_amax
+        observed = pmax_amax(kernel_amax, config.amax_axes)
     part = functools.partial(
         ScaledTensor1x,
         scale_inv=scale_inv,

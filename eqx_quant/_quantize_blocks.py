@@ -3,8 +3,9 @@
 import functools
 
 import jax.numpy as jnp
-from jax import Array, lax
+from jax import Array
 
+from ._ops._sharding import pmax_amax
 from ._ops.fp8_quantize import dbias_only_params, fp8_quantize_op
 from ._ops.mxfp8_quantize import Mxfp8QuantizeParams, mxfp8_quantize_op
 from ._ops.nvfp4_quantize import (
@@ -67,9 +68,9 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
         ),
     )
     if amax_axes:
-        amax = lax.pmax(amax, tuple(amax_axes))
+        amax = pmax_amax(amax, amax_axes)
         if use_rht:
-            rht_amax = lax.pmax(rht_amax, tuple(amax_axes))
+            rht_amax = pmax_amax(rht_amax, amax_axes)
     col_amax = rht_amax if use_rht else amax
     sr = quantizer.stochastic_rounding
     # Without SR the key words and index offset are not read: empty operands, which (unlike

@@ -174,6 +174,31 @@ def test_shard_map_amax_axes(impl, mode):
     np.testing.assert_array_equal(np.asarray(local_amax), np.abs(blocks).max(axis=(1, 3)))
 
 
+@pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize(
+    "quantizer",
+    [eqq.CurrentScaleQuantizer(), eqq.NVFP4Quantizer(),
+     eqq.NVFP4Quantizer(q_layout=eqq.QuantizeLayout.ROWWISE_COLWISE, use_rht=True)],
+    ids=["current", "nvfp4", "nvfp4_rht"],
+)
+def test_subnormal_amax_survives_the_shards_max(quantizer, impl):
+    """A tensor of subnormals only: the amax the column shards meet in (an all-reduce max) is
+    exact, so the sharded call equals the unsharded one (a float max on the CPU devices
+    flushes it to zero); the same inside shard_map with amax_axes."""
+    x = np.full((64, 64), 1e-40, np.float32)
+    x[5, 50] = 3e-39  # in the seventh column shard
+    x = jnp.asarray(x)
+    mesh = MESHES["1d"]()
+    f = jax.jit(lambda x: eqq.quantize(x, quantizer, impl=impl))
+    want = f(x)
+    assert np.asarray(want.amax)[0] == np.float32(3e-39)
+    _compare(f(jax.device_put(x, NamedSharding(mesh, P(None, "x")))), want, "column shards")
+    g = jax.jit(jax.shard_map(
+        lambda x: eqq.quantize(x, quantizer, amax_axes=("x",), impl=impl).amax.reshape(1, 1),
+        mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x")))
+    f32_bits_equal(np.asarray(g(x)), np.full((1, 8), np.asarray(want.amax)[0]), "shard_map")
+
+
 def test_sharding_rule_lowers_to_custom_call_on_cuda():
     """The CUDA lowering exists and names the CUDA target (checked without a GPU)."""
     if "cuda" not in eqq.native_platforms():

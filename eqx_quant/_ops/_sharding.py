@@ -2,6 +2,8 @@
 
 import math
 
+import jax.numpy as jnp
+from jax import lax
 from jax.sharding import PartitionSpec
 
 
@@ -12,6 +14,17 @@ def axes_of(entry) -> tuple[str, ...]:
     if isinstance(entry, str):
         return (entry,)
     return tuple(entry)
+
+
+def pmax_amax(amax, axes):
+    """`lax.pmax` of non-negative float32 amaxes over the mesh `axes`, exact: taken on their bit
+    patterns, which order like the values. (A float pmax on XLA's CPU devices flushes a
+    subnormal amax to zero, so a sharded call would differ from the unsharded one.)"""
+    axes = tuple(axes)
+    if not axes:
+        return amax
+    key = lax.pmax(lax.bitcast_convert_type(amax, jnp.uint32), axes)
+    return lax.bitcast_convert_type(key, jnp.float32)
 
 
 def padded_spec(sharding, ndim: int) -> list:

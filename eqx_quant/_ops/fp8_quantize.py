@@ -174,7 +174,7 @@ def _local(params, example_spec, bind_inner, x, scale):
         inner = dataclasses.replace(inner, scale_from_amax=False)
     row, col, scale_inv, amax, dbias, dbias_cast = bind_inner(x, scale, params=inner)
     if amax_axes:
-        amax = lax.pmax(amax, amax_axes)
+        amax = _sharding.pmax_amax(amax, amax_axes)
     if params.with_dbias and not dbias_plan.cast:
         dbias_cast = _dbias.finish(dbias, x.dtype, nb, dbias_plan.keep, example_spec[:fa])
     # The result, or (0,) in x's dtype without dbias.
@@ -185,7 +185,8 @@ def _global_current_scale(params, x, fallback, amax_axes):
     """Per-example current scale from the amax over all shards (`B + (1,)`)."""
     nb = params.n_batch
     local = jax.vmap(reference.amax)(x.reshape((-1,) + x.shape[nb:])).reshape(fallback.shape)
-    return reference.compute_scale(lax.pmax(local, amax_axes), params.q_dtype, 0.0, fallback)
+    amax = _sharding.pmax_amax(local, amax_axes)
+    return reference.compute_scale(amax, params.q_dtype, 0.0, fallback)
 
 
 def _partition(params, mesh, arg_infos, result_infos):
