@@ -157,9 +157,7 @@ def _tensor_scaling_forward(config: _Config, x: Array, quantizer) -> tuple[Scale
         scale = quantizer.scale_fallback()
     else:
         if quantizer.needs_amax_first:
-            observed = reference.amax(x)
-            if config.amax_axes:
-                observed = pmax_amax(observed, config.amax_axes)
+            observed = pmax_amax(reference.amax(x), config.amax_axes)
         scale = quantizer.scale_for(observed)
     params = Fp8QuantizeParams(
         q_dtype=quantizer.q_dtype,

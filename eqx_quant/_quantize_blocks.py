@@ -67,10 +67,9 @@ def nvfp4(x, quantizer, fa: int, impl: str, amax_axes, key_words) -> ScaledTenso
             flatten_axis=fa, with_rht=use_rht, rht_sign_mask=quantizer.rht_sign_mask, impl=impl
         ),
     )
-    if amax_axes:
-        amax = pmax_amax(amax, amax_axes)
-        if use_rht:
-            rht_amax = pmax_amax(rht_amax, amax_axes)
+    amax = pmax_amax(amax, amax_axes)
+    if use_rht:
+        rht_amax = pmax_amax(rht_amax, amax_axes)
     col_amax = rht_amax if use_rht else amax
     sr = quantizer.stochastic_rounding
     # Without SR the key words and index offset are not read: empty operands, which (unlike

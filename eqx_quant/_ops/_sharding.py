@@ -18,8 +18,9 @@ def axes_of(entry) -> tuple[str, ...]:
 
 def pmax_amax(amax, axes):
     """`lax.pmax` of non-negative float32 amaxes over the mesh `axes`, exact: taken on their bit
-    patterns, which order like the values. (A float pmax on XLA's CPU devices flushes a
-    subnormal amax to zero, so a sharded call would differ from the unsharded one.)"""
+    patterns, which order like the values; `amax` itself when `axes` is empty. (A float pmax
+    on XLA's CPU devices flushes a subnormal amax to zero, so a sharded call would differ
+    from the unsharded one.)"""
     axes = tuple(axes)
     if not axes:
         return amax

@@ -173,8 +173,7 @@ def _local(params, example_spec, bind_inner, x, scale):
         scale = _global_current_scale(params, x, scale, amax_axes)
         inner = dataclasses.replace(inner, scale_from_amax=False)
     row, col, scale_inv, amax, dbias, dbias_cast = bind_inner(x, scale, params=inner)
-    if amax_axes:
-        amax = _sharding.pmax_amax(amax, amax_axes)
+    amax = _sharding.pmax_amax(amax, amax_axes)
     if params.with_dbias and not dbias_plan.cast:
         dbias_cast = _dbias.finish(dbias, x.dtype, nb, dbias_plan.keep, example_spec[:fa])
     # The result, or (0,) in x's dtype without dbias.

@@ -126,10 +126,9 @@ def _amax_partition(params, mesh, arg_infos, result_infos):
 
     def local_fn(bind_inner, x):
         amax, rht_amax = bind_inner(x, params=params)
-        if axes:
-            amax = _sharding.pmax_amax(amax, axes)
-            if params.with_rht:
-                rht_amax = _sharding.pmax_amax(rht_amax, axes)
+        amax = _sharding.pmax_amax(amax, axes)
+        if params.with_rht:
+            rht_amax = _sharding.pmax_amax(rht_amax, axes)
         return amax, rht_amax
 
     out = PartitionSpec(*spec[:nb], None)
