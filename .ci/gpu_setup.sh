@@ -5,15 +5,19 @@
 #   pip wheel --no-build-isolation --no-deps -w <dir> . \
 #     -Ccmake.define.EQX_QUANT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90a
 # (saves ~100 s of device time; installed outside the tree, and the tests then run from a copy
-# without the source package). Leaves the shell in the directory to run pytest from.
+# without the source package). Leaves the shell in the directory to run pytest from. The
+# install targets are emptied first: pip --target does not replace a package already there, so
+# a second call on a warm machine would otherwise test and time the previous call's wheel.
 OUT="${OUT:-/tmp/eqxq_gpu}"
 mkdir -p "${OUT}"
 export PYTHONUNBUFFERED=1
 if ! python3 -c "import beartype" 2>/dev/null || [[ -n "${EQXQ_TEST_WORKERS:-}" ]]; then
+  rm -rf /tmp/site
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
 if [[ -n "${EQXQ_WHEEL:-}" ]]; then
+  rm -rf /tmp/eqxq_site
   python3 -m pip install -q --no-index --no-deps --target /tmp/eqxq_site "${EQXQ_WHEEL}"
   export PYTHONPATH="/tmp/eqxq_site${PYTHONPATH:+:${PYTHONPATH}}"
   rm -rf /tmp/eqxq_tests && mkdir -p /tmp/eqxq_tests
