@@ -37,8 +37,9 @@ Timing, on a GPU (CUDA events, device time): `_kernels_cuda.so` also holds tiny 
 pool on XLA's stream, and ctypes entry points read the elapsed time between two events;
 eqx_quant/_bench_timing.py registers them itself. One jitted function times R ops (R <= 32,
 fewer when R outputs would pass 4 GiB), unrolled: op r of call c consumes input buffer
-(c x R + r) % K, K >= 3 distinct buffers passed in as jit arguments whose total exceeds 192 MB, so the 60 MiB L2 of
-an H200 cannot serve the inputs (and no slicing happens inside the function). Op r lies
+(c x R + r) % K, K >= 3 distinct buffers passed in as jit arguments whose total exceeds
+192 MB, so the 60 MiB L2 of an H200 cannot serve the inputs (and no slicing happens inside
+the function). Op r lies
 between events 2r and 2r+1, ordered by data dependence alone. A one-element token runs
 through every event (each event passes it through, aliased: no copy). The op's inputs go
 through `lax.optimization_barrier` together with the token, so the op starts after event 2r.
@@ -317,7 +318,9 @@ def _cell(us: float | None) -> str:
     return f"{'-':>6}" if us is None else f"{us:6.1f}"
 
 
-def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
+def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
+    """The result dict (`rows` and the run's device, copy bandwidth and timing method);
+    `on_row`, if given, is called with the result so far after every row."""
     import eqx_quant as eqq
 
     device = jax.devices()[0]
@@ -331,6 +334,18 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
     log(f"copy bandwidth (jitted a[::-1], {copy_bytes / 2**30:.2f} GiB moved): "
         f"{bandwidth / 1e9:.0f} GB/s")
     rows = []
+    result = dict(
+        device=str(device.device_kind),
+        backend=jax.default_backend(),
+        jax=jax.__version__,
+        copy_gbps=bandwidth / 1e9,
+        copy_method="jax.jit(lambda a: a[::-1]) on a uint32 array",
+        copy_samples=copy_measured["samples"],
+        copy_max_gap_us=copy_measured["max_gap_us"],
+        timing=timing,
+        timing_detail=timing_detail,
+        rows=rows,
+    )
     header = (
         f"{'op':<22} {'shape':>11} {'ours us':>9} {'b2b':>6} {'GB/s':>7} {'%copy':>6} "
         f"{'XLA us':>9} {'b2b':>6} {'GB/s':>7} {'%copy':>6} {'speedup':>7}"
@@ -380,18 +395,9 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print) -> dict:
                 f"{_cell(row['xla_b2b_us'])} {row['xla_gbps']:7.0f} {row['xla_pct_copy']:6.1f} "
                 f"{row['speedup']:7.2f}"
             )
-    return dict(
-        device=str(device.device_kind),
-        backend=jax.default_backend(),
-        jax=jax.__version__,
-        copy_gbps=bandwidth / 1e9,
-        copy_method="jax.jit(lambda a: a[::-1]) on a uint32 array",
-        copy_samples=copy_measured["samples"],
-        copy_max_gap_us=copy_measured["max_gap_us"],
-        timing=timing,
-        timing_detail=timing_detail,
-        rows=rows,
-    )
+            if on_row is not None:
+                on_row(result)
+    return result
 
 
 def main(argv=None) -> int:
@@ -404,14 +410,22 @@ def main(argv=None) -> int:
                         f"to {EVENT_OPS_PER_CALL} ops; wall clock, each call is a batch of "
                         "dispatches (the median is reported)")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
-    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--json", help="write the results to this file (rewritten after every "
+                        "row, with \"complete\": false until the run ends)")
     args = parser.parse_args(argv)
     sizes = [_parse_size(s) for s in args.sizes]
-    result = run_benchmark(sizes, max(1, args.reps), tuple(args.ops))
-    result["command"] = " ".join(["python -m eqx_quant.bench"] + list(sys.argv[1:] if argv is None else argv))
-    if args.json:
+    command = " ".join(["python -m eqx_quant.bench"] + list(sys.argv[1:] if argv is None else argv))
+
+    def write(result: dict, complete: bool) -> None:
         with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+            json.dump(dict(result, command=command, complete=complete), f, indent=2)
+
+    # With --json the file is rewritten after every row ("complete": false until the end), so
+    # a run stopped part way (a timeout on a lent GPU) keeps the rows it measured.
+    on_row = (lambda result: write(result, False)) if args.json else None
+    result = run_benchmark(sizes, max(1, args.reps), tuple(args.ops), on_row=on_row)
+    if args.json:
+        write(result, True)
     return 0
 
 

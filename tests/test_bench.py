@@ -6,6 +6,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from eqx_quant import bench
 
@@ -29,6 +30,31 @@ def test_bench_runs_and_writes_json(tmp_path):
         assert row["shape"] == [128, 64]
         assert row["ours_us"] > 0 and row["xla_us"] > 0 and row["bytes"] > 128 * 64 * 2
     assert result["copy_gbps"] > 0
+    assert result["complete"] is True
+
+
+def test_bench_json_keeps_the_rows_of_a_run_stopped_part_way(tmp_path, monkeypatch):
+    # A run stopped after its second row (as a timeout would) leaves a JSON file with the
+    # rows measured so far, marked incomplete.
+    out = tmp_path / "bench.json"
+    real_measure = bench.measure
+    calls = []
+
+    def measure_then_stop(*args, **kwargs):
+        calls.append(None)
+        if len(calls) > 5:  # the copy bandwidth, then two ops of two measurements each
+            raise KeyboardInterrupt("stopped")
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "measure", measure_then_stop)
+    ops = ["delayed_row", "mxfp8_row", "nvfp4_row"]
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--sizes", "128x64", "--reps", "1", "--ops", *ops, "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert result["complete"] is False
+    assert [r["op"] for r in result["rows"]] == ops[:2]
+    assert all(r["ours_us"] > 0 for r in result["rows"])
+    assert "--json" in result["command"]
 
 
 def test_grouped_bench_sizes_are_ragged_and_sum_to_m():
