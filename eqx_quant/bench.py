@@ -39,10 +39,10 @@ eqx_quant/_bench_timing.py registers them itself. One jitted function times R op
 fewer when R outputs would pass 4 GiB), unrolled: op r of call c consumes input buffer
 (c x R + r) % K, K >= 3 distinct buffers passed in as jit arguments whose total exceeds
 192 MB, so the 60 MiB L2 of an H200 cannot serve the inputs (and no slicing happens inside
-the function). Op r lies
-between events 2r and 2r+1, ordered by data dependence alone. A one-element token runs
-through every event (each event passes it through, aliased: no copy). The op's inputs go
-through `lax.optimization_barrier` together with the token, so the op starts after event 2r.
+the function). Op r lies between events 2r and 2r+1, ordered by data dependence alone. A
+one-element token runs through every event (each event passes it through, aliased: no
+copy). The op's inputs go through `lax.optimization_barrier` together with the token, so the
+op starts after event 2r.
 Event 2r+1 takes the token and every output of the op as operands (never read), so it follows
 all of the op's kernels, and the outputs are made in the default layout a caller gets (a
 layout change such as the physical transpose of `y.T` cannot slip out of the bracket); event
