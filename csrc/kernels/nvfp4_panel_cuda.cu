@@ -16,16 +16,21 @@
 //   * rowwise first, per row: a 16-element block is 16 / kVec consecutive
 //     lanes; the block amax is a shuffle over them (and the NaN-free one, only
 //     in a block that holds a NaN, over the same lanes); each lane encodes its
-//     kVec elements (a warp's store is 128 contiguous bytes of codes; SR by
-//     the tile kernel's EncodeSrRun) and the block's first lane stores the
-//     scale byte.
+//     kVec elements (a warp's store is 128 contiguous bytes of codes) and
+//     the block's first lane stores the scale byte. SR: the random bytes of
+//     a row's kVec elements from SrRunBytes, or for 16-bit inputs, where the
+//     16 rows' octet counters step linearly (OctetRuns: the usual layouts),
+//     from one Threefry call on the row's counter.
 //   * colwise, kVec / 4 columns per step (one 4-byte word of each row; the
 //     word is rotated by lane / 8 so that a warp's loads are conflict-free):
 //     the 16 values (RHT'd with Rht16Exact when kRht), their block amax, scale
 //     byte and 16 codes, staged in the words the step has just consumed. SR:
 //     the 16 elements of a colwise block have consecutive colwise indices (the
 //     K dim is the last of the T layout), so two Threefry calls serve them
-//     (EncodeSrRun).
+//     (SrRunBytes; for 16-bit inputs, where the thread's 8 columns' counters
+//     step linearly, OctetRuns). With the counters once per thread in both
+//     parts, the SR kernel went 159.8 -> 146.0 M instructions and 221.7 ->
+//     202.5 us (8192^2 bf16 with the RHT; docs/performance.md).
 //   * after a barrier the CTA writes the staged outputs to the T layout (c,
 //     l, a, k) (StoreStagedColumns): 64 contiguous code bytes per column line
 //     (the CTA's 8 panels), 16 per thread. The per-thread 8-byte stores of
@@ -341,6 +346,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
       uint8_t* row_out = p.row + first / 2;
       uint8_t* row_scale_out = p.row_scale + first / kB;
       const bool scale_lane = lane % kLanesPerBlock == 0;
+      // SR, 16-bit inputs: the counters of the 16 rows' octets, where they
+      // step linearly (the usual layouts), else SrRunBytes per row.
+      OctetRuns octets{};
+      if constexpr (kSr && kVec == 8) {
+        octets = MakeOctetRuns<kB, 1>(
+            SrShifted(p.sr, p.k_axis, k0), p.sr.stride[p.k_axis], sr_base,
+            static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)), kRowwiseStream);
+      }
 #pragma unroll 1
       for (int i = 0; i < kB; ++i) {
         const uint4 four =
@@ -376,10 +389,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
           const float enc = enc_table[0][sdb & 127u];
           if constexpr (kSr) {
             uint32_t rbytes[kVec / 4];
-            SrRunBytes<kVec>(key0, key1, kRowwiseStream,
-                             sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
-                             static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)),
-                             rbytes);
+            if constexpr (kVec == 8) {
+              if (octets.linear) {
+                Threefry2x32(key0, key1,
+                             octets.lo + static_cast<uint32_t>(i) * octets.step,
+                             octets.hi, rbytes[0], rbytes[1]);
+              }
+            }
+            if (kVec != 8 || !octets.linear) {
+              SrRunBytes<kVec>(key0, key1, kRowwiseStream,
+                               sr_base + SrTerm(p.sr, p.k_axis, k0 + i),
+                               static_cast<uint32_t>(SrTerm(p.sr, p.sr.n - 1, l0)),
+                               rbytes);
+            }
             if constexpr (kVec == 8) {
               if (!__any_sync(0xFFFFFFFFu, raw > kF32Inf)) {  // the usual case
                 packed = EncodeSrWord8(v, enc, rbytes, w);
@@ -414,6 +436,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
 
     // Colwise, kPerWord columns per step: word jw of the vector (rotated by
     // lane / 8 so that a warp's 4-byte loads hit 32 distinct banks).
+    // SR, 16-bit inputs: the counters of the 8 columns' runs (16 K
+    // coordinates each, two octets), where they step linearly.
+    OctetRuns col_octets{};
+    if constexpr (kSr && kVec == 8) {
+      col_octets = MakeOctetRuns<kVec, 2>(
+          SrShifted(p.sr, p.sr.n - 1, l0), p.sr.col_stride[p.sr.n - 1],
+          sr_col_base, static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)),
+          kColwiseStream);
+    }
 #pragma unroll 1
     for (int step = 0; step < (k2d ? 0 : 4); ++step) {
       const int jw = (step + lane / 8) % 4;
@@ -464,12 +495,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
             // The block's colwise indices: its column's terms, then the K
             // coordinates k0 .. k0 + 15 (stride 1 in the T layout).
             uint32_t rbytes[4];
-            SrRunBytes<kB>(
-                key0, key1, kColwiseStream,
-                sr_col_base +
-                    SrTerm<true>(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub),
-                static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)),
-                rbytes);
+            if constexpr (kVec == 8) {
+              if (col_octets.linear) {
+                const uint32_t lo =
+                    col_octets.lo +
+                    static_cast<uint32_t>(jw * kPerWord + sub) * col_octets.step;
+                Threefry2x32(key0, key1, lo, col_octets.hi, rbytes[0], rbytes[1]);
+                Threefry2x32(key0, key1, lo + 1u, col_octets.hi, rbytes[2],
+                             rbytes[3]);
+              }
+            }
+            if (kVec != 8 || !col_octets.linear) {
+              SrRunBytes<kB>(
+                  key0, key1, kColwiseStream,
+                  sr_col_base +
+                      SrTerm<true>(p.sr, p.sr.n - 1, l0 + jw * kPerWord + sub),
+                  static_cast<uint32_t>(SrTerm<true>(p.sr, p.k_axis, k0)),
+                  rbytes);
+            }
             if (warp_nan) {
               uint32_t q[4];
               EncodeSrBytes<kB>(v, enc, rbytes, has_nan, q);

@@ -257,6 +257,13 @@ __device__ __forceinline__ void SrRunBytes(uint32_t key0, uint32_t key1,
   }
 }
 
+// uint32(coord) + uint32(offset_d): SrTerm's shifted coordinate.
+__device__ __forceinline__ uint32_t SrShifted(const SrLayout& s, int d,
+                                              int64_t coord) {
+  return static_cast<uint32_t>(coord) +
+         static_cast<uint32_t>(__ldg(s.offset + d));
+}
+
 // Stochastically rounded codes of N values times `enc` with consecutive
 // indices, element e at row + uint32(last + e) (SrRunBytes).
 // `may_have_nan`: whether a value may be NaN (E2M1StochasticCodes4).

@@ -31,7 +31,12 @@
 //     f16 values, on 3M groups: all-zero groups of mixed signs (the -0
 //     rule), tiny subnormals whose products underflow, exact cancellations,
 //     NaN, inf, overflow; and RoundToBf16(RhtAbsMax) == the NaN-ignoring max
-//     of AmaxKey over Rht16's outputs; random sign masks and the default.
+//     of AmaxKey over Rht16's outputs; random sign masks and the default;
+//   * MakeOctetRuns: where it reports `linear`, every element's counter
+//     (its index >> 3: low word, high word with the stream bit) and byte
+//     position (index & 7) are those its runs assume, on 2M random layouts
+//     biased to the 32-bit wraps, strides not multiples of 8, 64-bit wraps
+//     and low words near 2^32; and the usual layouts are linear.
 
 #include <algorithm>
 #include <cmath>
@@ -417,6 +422,72 @@ void CheckStochastic4(Random& rng) {
   }
 }
 
+// MakeOctetRuns<kRuns, kOctets>: when linear, element e < 8 kOctets of run r
+// < kRuns has the index base + uint64(uint32(shifted + r)) * stride +
+// uint32(last + e) (SrRunBytes's definition), whose octet must be the
+// counter (lo + r * step + e / 8, hi) and whose position in it e % 8.
+template <int kRuns, int kOctets>
+void CheckOctetRunsOf(uint32_t shifted, uint64_t stride, uint64_t base,
+                      uint32_t last, uint32_t stream) {
+  const nv::OctetRuns runs =
+      nv::MakeOctetRuns<kRuns, kOctets>(shifted, stride, base, last, stream);
+  if (!runs.linear) return;
+  for (int r = 0; r < kRuns; ++r) {
+    const uint64_t row =
+        base + static_cast<uint64_t>(shifted + static_cast<uint32_t>(r)) * stride;
+    for (int e = 0; e < 8 * kOctets; ++e) {
+      const uint64_t index = row + (last + static_cast<uint32_t>(e));
+      const uint64_t octet = index >> 3;
+      const uint32_t lo = runs.lo + static_cast<uint32_t>(r) * runs.step +
+                          static_cast<uint32_t>(e / 8);
+      Check(static_cast<uint32_t>(octet) == lo, "octet runs: low word",
+            static_cast<uint32_t>(octet), lo, static_cast<uint32_t>(r));
+      Check(eqx_quant::StochasticRoundingCounterHigh(octet, stream) == runs.hi,
+            "octet runs: high word", static_cast<uint32_t>(octet >> 32),
+            runs.hi, static_cast<uint32_t>(r));
+      Check((index & 7u) == static_cast<uint64_t>(e % 8),
+            "octet runs: position", static_cast<uint32_t>(index & 7u),
+            static_cast<uint32_t>(e), static_cast<uint32_t>(r));
+    }
+  }
+}
+
+void CheckOctetRuns(Random& rng) {
+  auto near_top = [&](uint32_t span) { return 0xFFFFFFFFu - rng.Below(span); };
+  auto wide = [&]() {
+    return (static_cast<uint64_t>(rng.Bits()) << 32) | rng.Bits();
+  };
+  for (int i = 0; i < 2000000; ++i) {
+    const uint32_t shifted = rng.Below(3) == 0 ? near_top(40) : rng.Bits() >> rng.Below(32);
+    uint64_t stride;
+    switch (rng.Below(6)) {
+      case 0: stride = 8 * uint64_t{rng.Below(1u << 20)}; break;
+      case 1: stride = 8 * (uint64_t{1} << 32) - 8 * rng.Below(4); break;
+      case 2: stride = (uint64_t{1} << 31) + 1; break;
+      case 3: stride = wide(); break;
+      case 4: stride = 8 * uint64_t{0xFFFFFFFFu - rng.Below(20)}; break;
+      default: stride = uint64_t{rng.Below(4096)} + 1; break;
+    }
+    uint64_t base = rng.Below(2) ? wide() : 8 * uint64_t{rng.Bits()};
+    if (rng.Below(4) == 0) base &= ~uint64_t{7};
+    const uint32_t last = rng.Below(3) == 0 ? near_top(40) : 8 * rng.Below(1u << 20) + rng.Below(2) * rng.Below(8);
+    const uint32_t stream = rng.Below(2);
+    CheckOctetRunsOf<16, 1>(shifted, stride, base, last, stream);
+    CheckOctetRunsOf<8, 2>(shifted, stride, base, last, stream);
+  }
+  // The usual layouts take the linear counters: a bf16 8192 x 8192 tensor's
+  // rows (stride 8192) and its T layout's columns (stride 8192), both
+  // streams, at the start and near the end of the tensor.
+  for (uint32_t stream = 0; stream < 2; ++stream) {
+    for (uint32_t k : {0u, 8176u}) {
+      Check(nv::MakeOctetRuns<16, 1>(k, 8192, 0, 64, stream).linear,
+            "octet runs: rows linear", k);
+      Check(nv::MakeOctetRuns<8, 2>(k, 8192, 0, k, stream).linear,
+            "octet runs: columns linear", k);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   const bool full = argc > 1 && std::strcmp(argv[1], "full") == 0;
   Random rng(1);
@@ -426,6 +497,7 @@ int main(int argc, char** argv) {
   CheckRht(rng);
   CheckStochastic(full, rng);
   CheckStochastic4(rng);
+  CheckOctetRuns(rng);
   Check(nv::BytePerm(0x33221100u, 0x77665544u, 0x7531u) == 0x77553311u,
         "byte perm");
   Check(nv::HadamardNegativeMask(0) == 0 &&

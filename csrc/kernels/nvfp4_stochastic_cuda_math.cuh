@@ -1,8 +1,9 @@
 // The stochastic-rounding encoder of the NVFP4 CUDA kernels (the element
 // arithmetic of docs/block_formats.md, "Stochastic rounding"): the
 // magnitude code of a value and its random byte by one carry out of a sum
-// word, four or eight codes at a time, and the packed code words of the
-// 16-bit row kernels and the panel kernel. Host/device like
+// word, four or eight codes at a time, the packed code words of the 16-bit
+// row kernels and the panel kernel, and the panel kernel's linear runs of
+// octet counters (MakeOctetRuns). Host/device like
 // kernels/nvfp4_quantize_cuda_math.cuh (whose helpers this uses), so that
 // the host test (kernels/nvfp4_quantize_cuda_math_test.cc) compares every
 // function here with the CPU kernel's FloatToE2M1Stochastic.
@@ -157,6 +158,48 @@ EQXQ_HOST_DEVICE inline uint32_t E2M1StochasticWord8Signed(
   return (E2M1StochasticMagnitudes8(y, rbytes) |
           ((tops(0) >> 4) & 0x08080808u)) |
          (tops(1) & 0x80808080u);
+}
+
+// kRuns runs of 8 * kOctets elements with consecutive indices (SrRunBytes's
+// runs of N = 8 * kOctets) on consecutive coordinates of one dim of S (the
+// panel kernel's 16 rows of a 16-byte vector rowwise, its 8 columns
+// colwise): element e of run r has the index base + uint64(shifted + r) *
+// stride + uint32(last + e), shifted = uint32(coord0) + uint32(offset_d),
+// as SrTerm and SrRunBytes take them. Where every run starts an octet and
+// the counters step by a constant in their low word (`linear`: no 32-bit
+// wrap of shifted + r or of last + e, the first index and the stride
+// multiples of 8, no carry out of the low word over the runs), run r's bytes
+// are the words of the Threefry calls on (lo + r * step + o, hi), o <
+// kOctets: what SrRunBytes computes for it, with the index arithmetic once
+// per thread instead of once per run (kernels/nvfp4_quantize_cuda_math_test.cc
+// checks the counters against the indices).
+struct OctetRuns {
+  bool linear;
+  uint32_t lo;    // run 0's first counter, low word
+  uint32_t hi;    // every counter's high word (with the stream bit)
+  uint32_t step;  // the low word's step from run to run
+};
+
+template <int kRuns, int kOctets>
+EQXQ_HOST_DEVICE inline OctetRuns MakeOctetRuns(uint32_t shifted,
+                                                   uint64_t stride,
+                                                   uint64_t base,
+                                                   uint32_t last,
+                                                   uint32_t stream) {
+  const uint64_t first = base + static_cast<uint64_t>(shifted) * stride + last;
+  const uint64_t octet = first >> 3;
+  const uint64_t step = stride >> 3;
+  OctetRuns runs;
+  runs.linear = shifted <= 0xFFFFFFFFu - (kRuns - 1) &&
+                last <= 0xFFFFFFFFu - (8 * kOctets - 1) && (first & 7u) == 0 &&
+                (stride & 7u) == 0 && step <= 0xFFFFFFFFu &&
+                (octet & 0xFFFFFFFFu) + uint64_t{kRuns - 1} * step +
+                        (kOctets - 1) <=
+                    0xFFFFFFFEu;
+  runs.lo = static_cast<uint32_t>(octet);
+  runs.hi = StochasticRoundingCounterHigh(octet, stream);
+  runs.step = static_cast<uint32_t>(step);
+  return runs;
 }
 
 }  // namespace eqx_quant::cuda::nvfp4
