@@ -400,6 +400,30 @@ def test_nvfp4_colwise_panels(x_name):
     _check(y, units, "nvfp4", fa=2, layouts=both)
 
 
+def _paired_panel_cols(rows, groups, short):
+    """An N = 512 k - short, k odd, for which GroupedPanelKernel gives each CTA two 512-column
+    chunks (the last CTA of each unit one): its launcher pairs the chunks where worst-case
+    units x ceil(chunks / 2) >= two waves of 3 CTAs per SM."""
+    units = most_units(rows, groups, 64)
+    sms = getattr(CUDA, "core_count", 132)
+    pairs = -(-6 * sms // units)
+    return 512 * (2 * pairs + 1) - short
+
+
+def test_nvfp4_panels_two_chunks_per_cta():
+    """GroupedPanelKernel with two chunks per CTA (a wide problem: the CTA's group lookup and
+    encode table serve both; its staging slots are reused by the second chunk after a
+    barrier): both layouts and the colwise one alone, 40 ragged groups with rows of no group,
+    a partial last chunk, and the last CTA of each unit with one chunk."""
+    rng = np.random.default_rng(8)
+    ragged = rng.integers(0, 40, size=40)
+    ragged[[0, 11, 39]] = 0
+    ragged[[1, 2, 3]] = [1, 63, 65]
+    x = spread_random((700, _paired_panel_cols(700, 40, 32)), jnp.bfloat16, seed=38)
+    x[::5] *= np.float32(2.0**-7)
+    _check(x, [ragged], "nvfp4", layouts=(L.COLWISE, L.ROWWISE_COLWISE), dbias=False)
+
+
 _GRAPH_CODE = textwrap.dedent(
     """
     import hashlib
