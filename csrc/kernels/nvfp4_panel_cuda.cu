@@ -32,7 +32,8 @@
 //     parts, the SR kernel went 159.8 -> 146.0 M instructions and 221.7 ->
 //     202.5 us (8192^2 bf16 with the RHT; docs/performance.md).
 //   * after a barrier the CTA writes the staged outputs to the T layout (c,
-//     l, a, k) (StoreStagedColumns): 64 contiguous code bytes per column line
+//     l, a, k) (StoreStagedColumns,
+//     kernels/nvfp4_panel_staging_cuda.cuh): 64 contiguous code bytes per column line
 //     (the CTA's 8 panels), 16 per thread. The per-thread 8-byte stores of
 //     the first version (each 32-byte sector written by four CTAs' warps, and
 //     each scale byte alone) kept L2 77% busy with DRAM at 26%: at 8192^2 the
@@ -76,8 +77,8 @@
 namespace eqx_quant::cuda::nvfp4 {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;  // panels per CTA
+constexpr int kWarps = kPanelWarps;  // panels per CTA
+constexpr int kThreads = kPanelThreads;
 // Resident CTAs per SM: 3 (64 KiB of shared memory each, <= 85 registers);
 // 2 with stochastic rounding (<= 128 registers: the Threefry calls).
 template <bool kSr>
@@ -145,96 +146,14 @@ __device__ __forceinline__ uint2 ColSrCodes(const float (&v)[kB], float enc,
                     E2M1StochasticWord8Signed(y1, r1));
 }
 
-// The panels in shared memory and the staging rows:
-// kernels/nvfp4_panel_staging_cuda.cuh.
-constexpr int kPanelBytes = kWarps * kB * kPanelRowBytes;  // 64 KiB per CTA
+// The panels in shared memory, the staging rows and their write-out
+// (StoreStagedColumns): kernels/nvfp4_panel_staging_cuda.cuh.
 
 // Element `sub` of a word of In's storage (kVec / 4 elements per word).
 template <typename In>
 __device__ __forceinline__ float ElementOfWord(uint32_t word, int sub) {
   const uint32_t w[4] = {word, word, word, word};
   return In::Element(w, sub);  // reads w[sub / (kVec / 4)] = word
-}
-
-// The CTA's staged colwise outputs of example ex to the T layout, after a
-// barrier: column c of vector v (CTA lane v) is line ex * W + (32 vg + v) *
-// kVec + c, whose 8 panels (warps) 8 g .. 8 g + 7 hold 64 contiguous code
-// bytes at line * AK / 2 + 64 g and 8 scale bytes at line * AK / 16 + 8 g.
-// Warp w, lane v staged column c = jw * kPerWord + sub in its word jw
-// (StagedCodeRow, StagedScaleRow).
-// Four threads write a line's 64 code bytes (16 each: two panels; whole
-// 32-byte sectors, where the per-thread 8-byte stores of the panels left
-// every sector to four CTAs' warps and made the kernel L2-bound), one thread
-// its 8 scale bytes (one store where aligned).
-template <int kVec>
-__device__ __forceinline__ void StoreStagedColumns(const PanelParams& p,
-                                                   const uint8_t* panel_smem,
-                                                   int64_t ex, uint32_t group,
-                                                   uint32_t vector_group) {
-  constexpr int kPerWord = kVec / 4;
-  constexpr int kLines = 32 * kVec;  // columns of the CTA
-  const int64_t first_panel = int64_t{group} * kWarps;
-  const int live_panels =
-      static_cast<int>(min(int64_t{kWarps}, p.panels - first_panel));
-  const int64_t line_bytes = p.ak / 2;
-  const int64_t line_scales = p.ak / kB;
-  // The staged word of (warp w, lane v, row, word jw).
-  auto staged = [&](int w, int v, int row, int jw) {
-    return *reinterpret_cast<const uint32_t*>(
-        panel_smem + w * (kB * kPanelRowBytes) + row * kPanelRowBytes +
-        v * 16 + 4 * jw);
-  };
-  // Line l = c * 32 + v (a warp: 8 lines of one column, 4 threads each).
-#pragma unroll 1
-  for (int piece = threadIdx.x; piece < kLines * 4; piece += kThreads) {
-    const int l = piece / 4;
-    const int k = piece % 4;  // panels 2k, 2k + 1
-    const int c = l / 32;
-    const int v = l % 32;
-    const int64_t vector = int64_t{vector_group} * 32 + v;
-    if (vector >= p.vectors || 2 * k >= live_panels) continue;
-    const int jw = c / kPerWord;
-    const int sub = c % kPerWord;
-    const int code_row = StagedCodeRow(sub);
-    const uint2 a = make_uint2(staged(2 * k, v, code_row, jw),
-                               staged(2 * k, v, code_row + 1, jw));
-    const int64_t line = ex * p.width + vector * kVec + c;
-    uint8_t* dst = p.col + line * line_bytes + (first_panel + 2 * k) * (kB / 2);
-    if (2 * k + 1 < live_panels) {
-      const uint2 b = make_uint2(staged(2 * k + 1, v, code_row, jw),
-                                 staged(2 * k + 1, v, code_row + 1, jw));
-      if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-        __stcs(reinterpret_cast<uint4*>(dst), make_uint4(a.x, a.y, b.x, b.y));
-        continue;
-      }
-      __stcs(reinterpret_cast<uint2*>(dst + 8), b);
-    }
-    __stcs(reinterpret_cast<uint2*>(dst), a);
-  }
-  for (int l = threadIdx.x; l < kLines; l += kThreads) {
-    const int c = l / 32;
-    const int v = l % 32;
-    const int64_t vector = int64_t{vector_group} * 32 + v;
-    if (vector >= p.vectors) continue;
-    const int jw = c / kPerWord;
-    const int row = StagedScaleRow<kPerWord>(c % kPerWord);
-    const int64_t line = ex * p.width + vector * kVec + c;
-    uint8_t* dst = p.col_scale + line * line_scales + first_panel;
-    if (live_panels == kWarps && reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
-      uint32_t lo = 0;
-      uint32_t hi = 0;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        lo |= staged(w, v, row, jw) << (8 * w);
-        hi |= staged(w + 4, v, row, jw) << (8 * w);
-      }
-      __stcs(reinterpret_cast<uint2*>(dst), make_uint2(lo, hi));
-    } else {
-      for (int w = 0; w < live_panels; ++w) {
-        dst[w] = static_cast<uint8_t>(staged(w, v, row, jw));
-      }
-    }
-  }
 }
 
 template <typename In, bool kRht, bool kSr, bool k2d>

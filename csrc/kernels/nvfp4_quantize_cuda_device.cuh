@@ -133,14 +133,20 @@ struct SrLayout {
   uint64_t col_stride[kMaxSrRank];  // the stride of dim d in T(G)
 };
 
+// uint32(coord) + uint32(offset_d): the coordinate of dim d as SrTerm
+// multiplies it (a uint32 sum: it wraps like the CPU kernel's).
+__device__ __forceinline__ uint32_t SrShifted(const SrLayout& s, int d,
+                                              int64_t coord) {
+  return static_cast<uint32_t>(coord) +
+         static_cast<uint32_t>(__ldg(s.offset + d));
+}
+
 // The term of dim d at coordinate `coord` of S, in the rowwise index or
 // (kCol) in the colwise one.
 template <bool kCol = false>
 __device__ __forceinline__ uint64_t SrTerm(const SrLayout& s, int d,
                                            int64_t coord) {
-  const uint32_t shifted = static_cast<uint32_t>(coord) +
-                           static_cast<uint32_t>(__ldg(s.offset + d));
-  return static_cast<uint64_t>(shifted) *
+  return static_cast<uint64_t>(SrShifted(s, d, coord)) *
          (kCol ? s.col_stride[d] : s.stride[d]);
 }
 
@@ -255,13 +261,6 @@ __device__ __forceinline__ void SrRunBytes(uint32_t key0, uint32_t key1,
     const uint32_t high = second ? words[w + 2] : words[w + 1];
     rbytes[w] = __funnelshift_r(low, high, shift);
   }
-}
-
-// uint32(coord) + uint32(offset_d): SrTerm's shifted coordinate.
-__device__ __forceinline__ uint32_t SrShifted(const SrLayout& s, int d,
-                                              int64_t coord) {
-  return static_cast<uint32_t>(coord) +
-         static_cast<uint32_t>(__ldg(s.offset + d));
 }
 
 // Stochastically rounded codes of N values times `enc` with consecutive
