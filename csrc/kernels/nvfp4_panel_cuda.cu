@@ -32,12 +32,12 @@
 //     parts, the SR kernel went 159.8 -> 146.0 M instructions and 221.7 ->
 //     202.5 us (8192^2 bf16 with the RHT; docs/performance.md).
 //   * after a barrier the CTA writes the staged outputs to the T layout (c,
-//     l, a, k) (StoreStagedColumns,
-//     kernels/nvfp4_panel_staging_cuda.cuh): 64 contiguous code bytes per column line
-//     (the CTA's 8 panels), 16 per thread. The per-thread 8-byte stores of
-//     the first version (each 32-byte sector written by four CTAs' warps, and
-//     each scale byte alone) kept L2 77% busy with DRAM at 26%: at 8192^2 the
-//     kernel took 153 us whatever its instruction count.
+//     l, a, k) (StoreStagedColumns, kernels/nvfp4_panel_staging_cuda.cuh):
+//     64 contiguous code bytes per column line (the CTA's 8 panels), 16 per
+//     thread. The per-thread 8-byte stores of the first version (each
+//     32-byte sector written by four CTAs' warps, and each scale byte
+//     alone) kept L2 77% busy with DRAM at 26%: at 8192^2 the kernel took
+//     153 us whatever its instruction count.
 // 16-bit inputs without SR keep their values packed where they can (as
 // RowHalfKernel): the colwise block's 16 values are 8 words of 16-bit pairs
 // (the RHT's bf16 outputs straight from its converts, else the column's
