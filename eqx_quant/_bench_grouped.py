@@ -8,6 +8,8 @@ group starts at a multiple of 32 (so that blocks do not straddle groups), quanti
 there and gathered back. NVFP4 likewise with blocks of 16 and each group's global scale from
 its own amax (a segment max); its colwise codes are left in the group-padded row order (the
 per-group transpose of the op would add one more gather, so XLA's figure is a lower bound).
+The `_sr_` ops add stochastic rounding (how NVFP4 recipes quantize the gradients of an MoE
+layer): ours with `key` (Threefry bits per group), XLA's by uniform noise before the cast.
 """
 
 from collections.abc import Callable
@@ -22,6 +24,8 @@ OPS = (
     "grouped_mxfp8_rowcol",
     "grouped_nvfp4_row",
     "grouped_nvfp4_rowcol",
+    "grouped_nvfp4_sr_row",
+    "grouped_nvfp4_sr_rowcol",
     "grouped_dbias",
 )
 # Fractions of M per group (8 groups); the last group takes the remainder.
@@ -40,11 +44,13 @@ def ours(op: str, m: int) -> Callable:
     if op == "grouped_dbias":
         return lambda x, scale: eqq.grouped_dbias(x, sizes, check=False, impl="ffi")
     layout = eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
+    key = None
     if "nvfp4" in op:
-        q = eqq.NVFP4Quantizer(q_layout=layout)
+        q = eqq.NVFP4Quantizer(q_layout=layout, stochastic_rounding="_sr_" in op)
+        key = jax.random.key(0) if q.stochastic_rounding else None
     else:
         q = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
-    return lambda x, scale: eqq.grouped_quantize(x, sizes, q, check=False, impl="ffi")
+    return lambda x, scale: eqq.grouped_quantize(x, sizes, q, key=key, check=False, impl="ffi")
 
 
 def _swizzled_gather(m: int, cols: int, sizes: np.ndarray) -> np.ndarray:
@@ -103,6 +109,9 @@ def xla(op: str, m: int, n: int):
     def grouped_nvfp4(x, scale):
         del scale
         xf = x.astype(jnp.float32)
+        if "_sr_" in op:  # SR as in bench.py: uniform noise of about one grid step
+            noise = jax.random.uniform(jax.random.key(0), x.shape, jnp.float32, -0.25, 0.25)
+            xf = xf + noise * jnp.abs(xf)
         amax = jax.ops.segment_max(jnp.max(jnp.abs(xf), axis=1), segments, len(sizes))
         s_enc = 2688.0 / amax
         row, row_scale = _nvfp4_blocks(xf.reshape(m, n // 16, 16), s_enc[segments, None, None], 2)

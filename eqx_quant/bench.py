@@ -29,8 +29,9 @@ same run, and measures the device-to-device copy bandwidth of this run. The ops:
 - `nvfp4_2d_rowcol`: NVFP4 with one scale per 16x16 tile (how NVFP4 recipes quantize
   weights), rowwise plus the transposed colwise copy (the exact transpose of the rowwise codes).
 - `grouped_mxfp8_row`, `grouped_mxfp8_rowcol`, `grouped_nvfp4_row`, `grouped_nvfp4_rowcol`,
-  `grouped_dbias`: the M rows in 8 ragged groups (`eqx_quant/_bench_grouped.py`), per-group
-  swizzled scales, blocks aligned to each group's start (NVFP4: one amax per group).
+  `grouped_nvfp4_sr_row`, `grouped_nvfp4_sr_rowcol`, `grouped_dbias`: the M rows in 8 ragged
+  groups (`eqx_quant/_bench_grouped.py`), per-group swizzled scales, blocks aligned to each
+  group's start (NVFP4: one amax per group; `_sr_`: stochastic rounding, a key per group).
 
 Timing, on a GPU (CUDA events, device time): `_kernels_cuda.so` also holds tiny FFI targets
 (csrc/ffi/bench_events_cuda.cu): `eqx_quant_bench_event_cuda` records a CUDA event of a fixed

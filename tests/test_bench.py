@@ -21,6 +21,7 @@ def test_bench_runs_and_writes_json(tmp_path):
         "nvfp4_2d_rowcol",
         "grouped_mxfp8_rowcol",
         "grouped_nvfp4_rowcol",
+        "grouped_nvfp4_sr_rowcol",
         "grouped_dbias",
     ]
     assert bench.main(["--sizes", "128x64", "--reps", "1", "--ops", *ops, "--json", str(out)]) == 0

@@ -302,6 +302,7 @@ def test_large_many_ctas():
     _check(x, sizes, "mxfp8_e4m3", layouts=ROW_AND_BOTH, dbias=False)
     _check(x, sizes, "current", layouts=(L.COLWISE,), dbias=True)
     _check(x, sizes, "nvfp4", layouts=ROW_AND_BOTH, dbias=False)
+    _check(x, sizes, "nvfp4_sr", layouts=ROW_AND_BOTH, dbias=False)
 
 
 @pytest.mark.parametrize("x_name", sorted(X_DTYPES))
@@ -322,14 +323,16 @@ def test_mxfp8_many_groups_wide_rows(x_name):
     _check(x, patterns[:1], "mxfp8_e5m2", layouts=(L.ROWWISE,), dbias=False)
 
 
+@pytest.mark.parametrize("mode", ["nvfp4", "nvfp4_sr"])
 @pytest.mark.parametrize("x_name", sorted(X_DTYPES))
-def test_nvfp4_rowwise_many_groups_wide_rows(x_name):
+def test_nvfp4_rowwise_many_groups_wide_rows(x_name, mode):
     """NVFP4 rowwise alone runs its own kernel for 16-bit inputs with N % 16 == 0
-    (RowOctetKernel: one tensor scale per group, whole scale sectors): 40 groups (two steps
+    (RowOctetKernel: one tensor scale per group, whole scale sectors; with SR one Threefry
+    call per 8 values of a row, on the octet of the group-local index): 40 groups (two steps
     of the per-CTA group lookup), a partial 2048-column chunk with a last partial 64-column
     scale tile (N = 1168), rows of no group and sizes clamped at M (rows of several chunks:
-    test_large_many_ctas). f32 and the SR / 2D modes take the tile kernel: the same bytes
-    either way."""
+    test_large_many_ctas). f32 and the 2D mode take the tile kernel: the same bytes either
+    way."""
     m, n = 700, 1168
     x = spread_random((m, n), X_DTYPES[x_name], seed=32)
     x[::9] *= np.float32(2.0**-10)  # per-group amaxes apart (f16: subnormals)
@@ -339,21 +342,23 @@ def test_nvfp4_rowwise_many_groups_wide_rows(x_name):
     past = ragged.copy()
     past[36] = 500
     patterns = [ragged, past, np.full(40, 17)]
-    _check(x, patterns, "nvfp4", layouts=ROW_AND_BOTH, dbias=False)
+    _check(x, patterns, mode, layouts=ROW_AND_BOTH, dbias=False)
 
 
-def test_nvfp4_rowwise_batched_and_units():
-    """The rowwise NVFP4 kernel over a vmapped batch (per-example group sizes and amaxes)
-    and with U = 3 rows per group-size unit (fa=2 of (107, 3, 48): N = 48)."""
+@pytest.mark.parametrize("mode", ["nvfp4", "nvfp4_sr"])
+def test_nvfp4_rowwise_batched_and_units(mode):
+    """The rowwise NVFP4 kernel over a vmapped batch (per-example group sizes and amaxes;
+    SR: the key of group g of every example is fold_in(key, g)) and with U = 3 rows per
+    group-size unit (fa=2 of (107, 3, 48): N = 48)."""
     x = spread_random((3, M, 96), jnp.bfloat16, seed=33)
     x[1] *= 100
     x[2, 7, 5] = np.nan
     patterns = [np.array([PATTERNS[0], PATTERNS[3], PATTERNS[7]], np.int32),
                 np.array([PATTERNS[8], PATTERNS[2], PATTERNS[5]], np.int32)]
-    _check(x, patterns, "nvfp4", layouts=(L.ROWWISE,), vmapped=True, dbias=False)
+    _check(x, patterns, mode, layouts=(L.ROWWISE,), vmapped=True, dbias=False)
     y = spread_random((107, 3, 48), jnp.float16, seed=34)
     units = [[1, 10, 11, 42, 43, 0], [35, 0, 0, 0, 0, 80], [5, 5, 5, 5, 5, 5]]
-    _check(y, units, "nvfp4", fa=2, layouts=(L.ROWWISE,))
+    _check(y, units, mode, fa=2, layouts=(L.ROWWISE,))
 
 
 def _panel_cols(rows, groups, batch, short):
@@ -367,8 +372,9 @@ def _panel_cols(rows, groups, batch, short):
     return 512 * chunks - short
 
 
+@pytest.mark.parametrize("mode", ["nvfp4", "nvfp4_sr"])
 @pytest.mark.parametrize("x_name", ["bf16", "f16"])
-def test_nvfp4_colwise_panels(x_name):
+def test_nvfp4_colwise_panels(x_name, mode):
     """NVFP4 with a colwise part, 16-bit inputs, N % 8 == 0 and a grid of at least one wave
     runs its own kernel (GroupedPanelKernel: 64-row units of 512 columns, each column's T-row
     segment stored from any nibble; the rowwise part in the same read when N % 16 == 0), so
@@ -376,7 +382,9 @@ def test_nvfp4_colwise_panels(x_name):
     (odd sizes: T rows that start mid-byte), a partial last chunk, rows of no group and sizes
     clamped at the rows; N % 16 == 8 (the colwise layout alone by the panels, both by the
     tile kernel); a vmapped batch with per-example sizes, a NaN and an inf; U = 3 rows per
-    group-size unit."""
+    group-size unit. SR: a column block's 16 rows are a run of the group's T-layout indices
+    n * rows_g + r, starting an octet only where rows_g % 8 == 0 (the other residues take
+    one more Threefry call and shifted bytes)."""
     both = (L.COLWISE, L.ROWWISE_COLWISE)
     rng = np.random.default_rng(7)
     ragged = rng.integers(0, 40, size=40)
@@ -387,17 +395,17 @@ def test_nvfp4_colwise_panels(x_name):
     for short, patterns in ((32, [ragged, past, np.full(40, 17)]), (40, [ragged])):
         x = spread_random((700, _panel_cols(700, 40, 1, short)), X_DTYPES[x_name], seed=35)
         x[::7] *= np.float32(2.0**-9)
-        _check(x, patterns, "nvfp4", layouts=both, dbias=False)
+        _check(x, patterns, mode, layouts=both, dbias=False)
     b = spread_random((3, M, _panel_cols(M, G, 3, 48)), X_DTYPES[x_name], seed=36)
     b[1] *= np.float32(2.0**-6)  # a different amax per example (f16 has no room above)
     b[2, 9, 17] = np.nan
     b[0, 200, 3] = np.inf
     batched = [np.array([PATTERNS[0], PATTERNS[7], PATTERNS[8]], np.int32),
                np.array([PATTERNS[2], PATTERNS[6], PATTERNS[5]], np.int32)]
-    _check(b, batched, "nvfp4", layouts=both, vmapped=True, dbias=False)
+    _check(b, batched, mode, layouts=both, vmapped=True, dbias=False)
     y = spread_random((107, 3, _panel_cols(M, G, 1, 16)), X_DTYPES[x_name], seed=37)
     units = [[1, 10, 11, 42, 43, 0], [35, 0, 0, 0, 0, 80], [5, 5, 5, 5, 5, 5]]
-    _check(y, units, "nvfp4", fa=2, layouts=both)
+    _check(y, units, mode, fa=2, layouts=both)
 
 
 def _paired_panel_cols(rows, groups, short):
@@ -410,7 +418,8 @@ def _paired_panel_cols(rows, groups, short):
     return 512 * (2 * pairs + 1) - short
 
 
-def test_nvfp4_panels_two_chunks_per_cta():
+@pytest.mark.parametrize("mode", ["nvfp4", "nvfp4_sr"])
+def test_nvfp4_panels_two_chunks_per_cta(mode):
     """GroupedPanelKernel with two chunks per CTA (a wide problem: the CTA's group lookup and
     encode table serve both; its staging slots are reused by the second chunk after a
     barrier): both layouts and the colwise one alone, 40 ragged groups with rows of no group,
@@ -421,7 +430,7 @@ def test_nvfp4_panels_two_chunks_per_cta():
     ragged[[1, 2, 3]] = [1, 63, 65]
     x = spread_random((700, _paired_panel_cols(700, 40, 32)), jnp.bfloat16, seed=38)
     x[::5] *= np.float32(2.0**-7)
-    _check(x, [ragged], "nvfp4", layouts=(L.COLWISE, L.ROWWISE_COLWISE), dbias=False)
+    _check(x, [ragged], mode, layouts=(L.COLWISE, L.ROWWISE_COLWISE), dbias=False)
 
 
 _GRAPH_CODE = textwrap.dedent(

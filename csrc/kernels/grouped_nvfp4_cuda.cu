@@ -11,20 +11,20 @@
 // common/nvfp4_format.h). Compiled with --fmad=false --ftz=false
 // --prec-div=true.
 //
-// The rowwise part for bf16 / f16 without stochastic rounding or 2D scaling
-// (N % 16 == 0, aligned buffers) runs RowOctetKernel instead (kernels/
-// grouped_nvfp4_row_cuda.cu: TryNvfp4RowOctet, tried first); it writes the
-// whole rowwise scale buffer itself, so no memset runs before it. It takes
+// The rowwise part for bf16 / f16 without 2D scaling (N % 16 == 0, aligned
+// buffers; with or without stochastic rounding) runs RowOctetKernel instead
+// (kernels/grouped_nvfp4_row_cuda.cu: TryNvfp4RowOctet, tried first); it writes
+// the whole rowwise scale buffer itself, so no memset runs before it. It takes
 // the rowwise part alone, and beside a colwise part when the problem is wide
 // (TileKernel's grid below): TileKernel then writes the colwise part alone.
-// That reads x twice, but TileKernel is bound by its instructions (issue
-// slots 73% busy, DRAM 19%, at 16384x4096), not by memory. Measured (bf16,
-// 8 groups, b2b, per-group amax included): 16384x4096 277.9 -> 256.5 us,
-// 4096^2 83.7 -> 83.3 (docs/performance.md, thirty-second session).
-// A problem with a colwise part, for the same inputs (N % 8 == 0; N % 16 ==
-// 0 with a rowwise part), at least 512 columns and a grid of at least one
-// wave, runs GroupedPanelKernel instead (kernels/grouped_nvfp4_panel_cuda.
-// cu): both parts in one read of x, or the colwise part alone.
+// That reads x twice, but TileKernel is bound by its instructions (issue slots
+// 73% busy, DRAM 19%, at 16384x4096), not by memory. Measured (bf16, 8 groups,
+// b2b, per-group amax included): 16384x4096 277.9 -> 256.5 us, 4096^2 83.7 ->
+// 83.3 (docs/performance.md, thirty-second session). A problem with a colwise
+// part, for the same inputs (N % 8 == 0; N % 16 == 0 with a rowwise part), at
+// least 512 columns and a grid of at least one wave, runs GroupedPanelKernel
+// instead (kernels/grouped_nvfp4_panel_cuda.cu): both parts in one read of x,
+// or the colwise part alone.
 //
 // TileKernel (256 threads, one unit per CTA, see grouped_quantize_cuda_
 // device.cuh for the units): a unit is 64 rows, aligned at its group's
@@ -517,8 +517,8 @@ GroupedLaunchStatus GroupedNvfp4Quantize(
   grid.y = static_cast<unsigned>(std::clamp<int64_t>(
       grouped::CeilDiv(p.col_tiles, wide ? kColTilesPerCta : 1), 1, 65535));
 
-  // The rowwise part by RowOctetKernel if it suits (16-bit input, no SR or
-  // 2D): alone, or beside a colwise part of a wide problem, which TileKernel
+  // The rowwise part by RowOctetKernel if it suits (16-bit input, no 2D):
+  // alone, or beside a colwise part of a wide problem, which TileKernel
   // then writes alone (two reads of x, but TileKernel is bound by its
   // instructions, not by memory). `tiled`: the parts left to TileKernel.
   GroupedNvfp4QuantizeProblem tiled = problem;

@@ -1,11 +1,11 @@
 // GroupedPanelKernel: eqx_quant_grouped_nvfp4_quantize for sm_90a with a
-// colwise part, for bf16 / f16 without stochastic rounding or 2D scaling,
-// N % 8 == 0 (N % 16 == 0 with a rowwise part), N >= 512, aligned buffers
-// and a grid of at least one wave (Nvfp4PanelsApply): the colwise part
-// alone, or both parts in one read of x. Launched by
-// GroupedNvfp4Quantize (kernels/grouped_nvfp4_cuda.cu) after the scale
-// buffers' memset; the same bytes as the generic TileKernel there and as the
-// CPU kernel. Compiled with --fmad=false --ftz=false --prec-div=true.
+// colwise part, for bf16 / f16 without 2D scaling (kSr: with stochastic
+// rounding), N % 8 == 0 (N % 16 == 0 with a rowwise part), N >= 512, aligned
+// buffers and a grid of at least one wave (Nvfp4PanelsApply): the colwise part
+// alone, or both parts in one read of x. Launched by GroupedNvfp4Quantize
+// (kernels/grouped_nvfp4_cuda.cu) after the scale buffers' memset; the same
+// bytes as the generic TileKernel there and as the CPU kernel. Compiled with
+// --fmad=false --ftz=false --prec-div=true.
 //
 // The dense PanelKernel's plan (kernels/nvfp4_panel_cuda.cu) on the grouped
 // units of grouped_quantize_cuda_device.cuh (64 rows, aligned at each
@@ -36,6 +36,14 @@
 //     CTA's segment may share the word); then the column's 4 scale bytes as
 //     one word of the swizzled layout (u0 / 16 is a multiple of 4).
 // Tail units zero the data of rows past the last group, as TileKernel's do.
+// Stochastic rounding (kSr; thirty-seventh session): the group's key, the
+// encode table unscaled; a row's 8 values are one octet of the group's
+// rowwise indices i * N + n (one Threefry call), a column block's 16 values
+// a run of its T-layout indices n * rows_g + r from u0 + 16 panel
+// (SrRunBytes: 2 calls where rows_g % 8 == 0, else 3); HalfRowSrCodes /
+// HalfBlockSrCodes encode. The op (bf16, 16384x4096, 8 groups, b2b) 398.0
+// -> 268.2 us against the generic TileKernel, which served it before;
+// 4096^2 116.5 -> 89.4.
 
 #include <cuda_runtime.h>
 
@@ -50,6 +58,7 @@
 #include "kernels/grouped_quantize_cuda.h"
 #include "kernels/grouped_quantize_cuda_device.cuh"
 #include "kernels/nvfp4_half_codes_cuda.cuh"
+#include "kernels/nvfp4_half_sr_codes_cuda.cuh"
 #include "kernels/nvfp4_quantize_cuda_device.cuh"
 
 namespace eqx_quant::cuda {
@@ -80,7 +89,11 @@ constexpr int kPanelRowBytes = 32 * 16;          // a warp's copy of a row
 constexpr int kWarpBytes = kB * kPanelRowBytes;  // 8 KiB
 constexpr int kSmemBytes = kWarps * kWarpBytes;  // 64 KiB per CTA
 constexpr int kRowWords = kPanelRowBytes / 4;
-// Resident CTAs per SM: 3 (64 KiB of shared memory each, <= 85 registers).
+// Resident CTAs per SM: 3 (64 KiB of shared memory each, <= 85 registers;
+// ptxas spills 4-100 bytes, mostly in the per-chunk copy setup), with or
+// without stochastic rounding. SR at 2 CTAs (128 registers, no spills)
+// measured slower (bf16, 8 groups, the op b2b): 16384x4096 272.6 against
+// 268.2 us, 4096^2 93.6 against 89.4.
 constexpr int kMinBlocks = 3;
 // The segment stores: 8 lanes per segment (its 8 code words).
 constexpr int kLanesPerSegment = 8;
@@ -103,6 +116,7 @@ struct PanelParams {
   int64_t row_q_cols;       // pad4(ceil(N / 16)): the rowwise regions' columns
   int64_t group_units;      // W(R, G, 64)
   int64_t chunks;           // ceil(N / 512)
+  const uint32_t* keys;     // SR: batch x G x 2 key words
 };
 
 // Where a thread stages column `sub` (0, 1) of the step that read its words
@@ -131,7 +145,7 @@ __device__ __forceinline__ void StoreNibbles(uint32_t* word, uint32_t value,
   atomicOr(word, value & mask);
 }
 
-template <typename In, bool kRow>
+template <typename In, bool kRow, bool kSr>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     GroupedPanelKernel(const __grid_constant__ PanelParams p) {
   using Storage = typename In::Storage;
@@ -196,10 +210,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const int64_t e_base = (ex * R + start) * N + u0;
 
     // The group's multipliers of the 128 scale bytes (/ 8 where that is
-    // exact for all of them); read after the first chunk's barrier.
+    // exact for all of them, without SR); read after the first chunk's
+    // barrier.
     const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[slot]);
-    const bool scaled = nvfp4::EighthIsExact(Nvfp4EncodeMultiplier(
-        static_cast<uint8_t>(nvfp4::kSmallestMultiplierByte), ts));
+    const bool scaled =
+        !kSr && nvfp4::EighthIsExact(Nvfp4EncodeMultiplier(
+                    static_cast<uint8_t>(nvfp4::kSmallestMultiplierByte), ts));
+    [[maybe_unused]] uint32_t key0 = 0;  // SR: the group's key
+    [[maybe_unused]] uint32_t key1 = 0;
+    if constexpr (kSr) {
+      key0 = p.keys[2 * slot];
+      key1 = p.keys[2 * slot + 1];
+    }
     if (t < 128) {
       const float enc = Nvfp4EncodeMultiplier(static_cast<uint8_t>(t), ts);
       enc_table[t] = scaled ? nvfp4::MulRn(enc, 0.125f) : enc;
@@ -237,17 +259,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             row_scales + grouped::SwizzleOffset(u0 + first_local, vector / 2,
                                                 p.row_q_cols);
         const int rows_here = column_ok ? count - first_local : 0;
+        // SR: the group's rowwise index of element (r, n) is r * N + n
+        // (grouped_nvfp4_cuda.cu: SrIndex), so row i's 8 values are exactly
+        // octet (u0 + first_local + i) * N / 8 + vector (N % 16 == 0).
+        [[maybe_unused]] uint64_t octet =
+            static_cast<uint64_t>(u0 + first_local) *
+                static_cast<uint64_t>(p.vectors) +
+            static_cast<uint64_t>(vector);
 #pragma unroll 1
         for (int i = 0; i < kB; ++i) {
           const uint4 four =
               *reinterpret_cast<const uint4*>(mine + i * kPanelRowBytes);
           const uint32_t w[4] = {four.x, four.y, four.z, four.w};
           uint32_t sdb;
-          const uint32_t packed =
-              scaled ? nvfp4::HalfRowCodes<In, true>(w, ts.factor, enc_table,
-                                                     block_lanes, sdb)
-                     : nvfp4::HalfRowCodes<In, false>(w, ts.factor, enc_table,
-                                                      block_lanes, sdb);
+          uint32_t packed;
+          if constexpr (kSr) {
+            uint32_t rbytes[2];
+            StochasticRoundingOctet(key0, key1, octet, kRowwiseStream,
+                                    rbytes[0], rbytes[1]);
+            octet += static_cast<uint64_t>(p.vectors);
+            packed = nvfp4::HalfRowSrCodes<In>(w, ts.factor, enc_table,
+                                               block_lanes, rbytes, sdb);
+          } else {
+            packed = scaled ? nvfp4::HalfRowCodes<In, true>(
+                                  w, ts.factor, enc_table, block_lanes, sdb)
+                            : nvfp4::HalfRowCodes<In, false>(
+                                  w, ts.factor, enc_table, block_lanes, sdb);
+          }
           if (i < rows_here) {
             __stcs(row_codes, packed);
             if (lane % 2 == 0) row_scale[16 * i] = static_cast<uint8_t>(sdb);
@@ -272,11 +310,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           uint32_t packed[kB / 2];
           nvfp4::ColumnPairs(words, sub, packed);
           uint32_t sdb;
-          const uint2 codes =
-              scaled ? nvfp4::HalfBlockCodes<In, true>(packed, ts.factor,
-                                                       enc_table, sdb)
-                     : nvfp4::HalfBlockCodes<In, false>(packed, ts.factor,
-                                                        enc_table, sdb);
+          uint2 codes;
+          if constexpr (kSr) {
+            // Element (n, r) of the group's T layout (N, rows_g) has index
+            // n * rows_g + r (SrIndex): the block's 16 rows are a run from
+            // u0 + 16 panel (one that starts an octet where rows_g % 8 ==
+            // 0, else one more call).
+            const int64_t n = (chunk * kCtaVectors + vector_group * 32 + lane) *
+                                  kVec +
+                              2 * jw + sub;
+            uint32_t rbytes[kB / 4];
+            nvfp4::SrRunBytes<kB>(
+                key0, key1, kColwiseStream,
+                static_cast<uint64_t>(static_cast<uint32_t>(n)) *
+                    static_cast<uint64_t>(rows_g),
+                static_cast<uint32_t>(u0 + panel * kB), rbytes);
+            codes = nvfp4::HalfBlockSrCodes<In>(packed, ts.factor, enc_table,
+                                                rbytes, sdb);
+          } else {
+            codes = scaled ? nvfp4::HalfBlockCodes<In, true>(
+                                 packed, ts.factor, enc_table, sdb)
+                           : nvfp4::HalfBlockCodes<In, false>(
+                                 packed, ts.factor, enc_table, sdb);
+          }
           out[StagedCodeRow(sub) * kRowWords] = codes.x;
           out[(StagedCodeRow(sub) + 1) * kRowWords] = codes.y;
           out[StagedScaleRow(sub) * kRowWords] = sdb;
@@ -352,11 +408,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-template <typename In, bool kRow>
+template <typename In, bool kRow, bool kSr>
 GroupedLaunchStatus LaunchTyped(const PanelParams& p, dim3 grid,
                                 cudaStream_t stream) {
   static const cudaError_t allowed =
-      cudaFuncSetAttribute(GroupedPanelKernel<In, kRow>,
+      cudaFuncSetAttribute(GroupedPanelKernel<In, kRow, kSr>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                            kSmemBytes);
   if (allowed != cudaSuccess) {
@@ -365,7 +421,8 @@ GroupedLaunchStatus LaunchTyped(const PanelParams& p, dim3 grid,
                 "allowing the grouped NVFP4 PanelKernel 64 KiB of shared "
                 "memory");
   }
-  GroupedPanelKernel<In, kRow><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  GroupedPanelKernel<In, kRow, kSr><<<grid, kThreads, kSmemBytes, stream>>>(
+      p);
   return CheckLaunch("launching the grouped NVFP4 PanelKernel");
 }
 
@@ -378,7 +435,7 @@ bool Nvfp4PanelsApply(const GroupedNvfp4QuantizeProblem& problem,
       (v.cols % kB != 0 || !Aligned(buffers.row, 4))) {
     return false;
   }
-  if (!problem.colwise || problem.use_2d || problem.stochastic_rounding ||
+  if (!problem.colwise || problem.use_2d ||
       v.input_type == InputType::kF32 || v.cols % kVec != 0 ||
       v.rows * v.cols == 0 || !Aligned(buffers.x, 16) ||
       !Aligned(buffers.col, 4) || !Aligned(buffers.col_scale, 4)) {
@@ -403,6 +460,7 @@ GroupedLaunchStatus LaunchNvfp4Panels(
   PanelParams p{};
   p.x = buffers.x;
   p.amax = buffers.amax;
+  p.keys = buffers.keys;
   p.group_sizes = buffers.group_sizes;
   p.row = problem.rowwise ? reinterpret_cast<uint32_t*>(buffers.row) : nullptr;
   p.row_scale = problem.rowwise ? buffers.row_scale : nullptr;
@@ -433,12 +491,17 @@ GroupedLaunchStatus LaunchNvfp4Panels(
     grid.y = static_cast<unsigned>(std::min<int64_t>(paired, 65535));
   }
   const bool bf16 = v.input_type == InputType::kBF16;
-  if (problem.rowwise) {
-    return bf16 ? LaunchTyped<Bf16In, true>(p, grid, stream)
-                : LaunchTyped<F16In, true>(p, grid, stream);
-  }
-  return bf16 ? LaunchTyped<Bf16In, false>(p, grid, stream)
-              : LaunchTyped<F16In, false>(p, grid, stream);
+  auto launch = [&](auto sr) {  // std::bool_constant of stochastic rounding
+    constexpr bool kSr = decltype(sr)::value;
+    if (problem.rowwise) {
+      return bf16 ? LaunchTyped<Bf16In, true, kSr>(p, grid, stream)
+                  : LaunchTyped<F16In, true, kSr>(p, grid, stream);
+    }
+    return bf16 ? LaunchTyped<Bf16In, false, kSr>(p, grid, stream)
+                : LaunchTyped<F16In, false, kSr>(p, grid, stream);
+  };
+  return problem.stochastic_rounding ? launch(std::true_type{})
+                                     : launch(std::false_type{});
 }
 
 }  // namespace eqx_quant::cuda

@@ -1,12 +1,13 @@
-// The rowwise-only path of eqx_quant_grouped_nvfp4_quantize for 16-bit
-// inputs without stochastic rounding or 2D scaling (sm_90a): RowOctetKernel
-// and its launcher TryNvfp4RowOctet (declared in kernels/grouped_quantize_
-// cuda_device.cuh, called by GroupedNvfp4Quantize in grouped_nvfp4_cuda.cu).
-// Same bytes as the generic grouped NVFP4 TileKernel there and the CPU
-// kernel. Taken when x is bf16 / f16, N % 16 == 0, x is 16-byte aligned,
-// the codes 4-byte and the scales 16-byte aligned, the scale buffer is
-// exactly its worst-case length (common/grouped_layout.h: ScaleBufferBytes)
-// and R < 2^25. Compiled with --fmad=false --ftz=false --prec-div=true.
+// The rowwise-only path of eqx_quant_grouped_nvfp4_quantize for 16-bit inputs
+// without 2D scaling, with or without stochastic rounding (sm_90a):
+// RowOctetKernel and its launcher TryNvfp4RowOctet (declared in
+// kernels/grouped_quantize_cuda_device.cuh, called by GroupedNvfp4Quantize in
+// grouped_nvfp4_cuda.cu). Same bytes as the generic grouped NVFP4 TileKernel
+// there and the CPU kernel. Taken when x is bf16 / f16, N % 16 == 0, x is
+// 16-byte aligned, the codes 4-byte and the scales 16-byte aligned, the scale
+// buffer is exactly its worst-case length (common/grouped_layout.h:
+// ScaleBufferBytes) and R < 2^25. Compiled with --fmad=false --ftz=false
+// --prec-div=true.
 //
 // The grouped MXFP8 RowOctetKernel's plan (kernels/grouped_mxfp8_row_cuda.
 // cuh) with the dense RowHalfKernel's data path (kernels/nvfp4_row_half_
@@ -36,6 +37,12 @@
 // lookup by one warp instead of all eight, column tests in 32 bits: 9.4%
 // fewer instructions, kernel 67.6-68.5 -> 64.8-67.2 us, op 8192^2
 // 97.8-98.4 -> 95.5-95.7 us.
+// Stochastic rounding (thirty-seventh session): the group's rowwise SR
+// index of element (i, n) is i * N + n, so a lane's vector is one whole
+// octet of indices and one Threefry call gives its 8 random bytes
+// (EncodeSrBatch, RowHalfSrKernel's plan); 4 CTAs per SM. The op (bf16,
+// 16384x4096, 8 groups, b2b) 247.7 -> 127.5 us against the generic
+// TileKernel, which served it before; 4096^2 71.3 -> 40.3.
 
 #include <cuda_runtime.h>
 
@@ -82,8 +89,31 @@ constexpr int kChunkCols = kLoads * 32 * kVec;  // 2048
 constexpr int kTileCols = 4 * nvfp4::kB;  // columns of one scale tile: 64
 constexpr int kChunkTiles = kChunkCols / kTileCols;  // 32
 // Resident CTAs per SM: at most 48 registers, 34 KiB of shared memory. (At
-// 6 CTAs, 40 registers, the 4-vector version spilled 56 bytes.)
-constexpr int kMinBlocks = 5;
+// 6 CTAs, 40 registers, the 4-vector version spilled 56 bytes.) With
+// stochastic rounding 4 (64 registers, no spills: a batch's 4 Threefry
+// states beside its vectors); measured (bf16, 8 groups, the op b2b)
+// 16384x4096 127.5 us against 129.7 at 3 CTAs (77 registers).
+template <bool kSr>
+constexpr int kMinBlocks = kSr ? 4 : 5;
+
+// Stores vector u's code word (its row exists, row_ok, and it starts below
+// N: u * 256 < cols_left) and puts its block's scale byte into sectors
+// (even lanes; 0 for padding rows and blocks) at block first_block + (u * 32
+// + lane) / 2 of the chunk.
+__device__ __forceinline__ void StoreVector(int u, uint32_t word, uint32_t sdb,
+                                            bool row_ok, int cols_left, int q,
+                                            int first_block, uint32_t* out,
+                                            uint8_t (*sectors)[kSectorBytes]) {
+  const int lane = threadIdx.x % 32;
+  // N % 16 == 0: both lanes of a block are in range or neither.
+  const bool ok = row_ok && u * 32 * kVec < cols_left;
+  if (ok) __stcs(out + u * 32, word);
+  if (lane % 2 == 0) {
+    const int block = first_block + (u * 32 + lane) / 2;  // in the chunk
+    sectors[block / 4][SectorByte(q, block)] =
+        ok ? static_cast<uint8_t>(sdb) : uint8_t{0};
+  }
+}
 
 // The codes of a lane's batch of vectors u < kBatch (4-byte words at out +
 // u * 32 words; cols_left - u * 256 columns of the row from the vector's
@@ -105,19 +135,60 @@ __device__ __forceinline__ void EncodeBatch(const uint4 (&raw)[kBatch],
     uint32_t sdb;
     const uint32_t word =
         nvfp4::HalfRowCodes<In, kScaled>(w, factor, enc_table, block_lanes, sdb);
-    // N % 16 == 0: both lanes of a block are in range or neither.
-    const bool ok = row_ok && u * 32 * kVec < cols_left;
-    if (ok) __stcs(out + u * 32, word);
-    if (lane % 2 == 0) {  // padding rows / blocks: 0
-      const int block = first_block + (u * 32 + lane) / 2;  // in the chunk
-      sectors[block / 4][SectorByte(q, block)] =
-          ok ? static_cast<uint8_t>(sdb) : uint8_t{0};
-    }
+    StoreVector(u, word, sdb, row_ok, cols_left, q, first_block, out, sectors);
   }
 }
 
+// EncodeBatch with stochastic rounding (RowHalfSrStep's plan, kernels/
+// nvfp4_row_half_sr_cuda.cuh). The group's rowwise SR index of element (i,
+// n) is i * N + n (grouped_nvfp4_cuda.cu: SrIndex); with N % 16 == 0 and
+// the vector starting at a multiple of 8 its 8 values are exactly octet
+// `octet + u * 32` of them, so one Threefry call gives their random bytes in
+// order. The batch's 4 calls come first, in one basic block (independent
+// chains that the scheduler interleaves). A batch with a NaN anywhere in the
+// warp (one row: a block is two adjacent lanes) takes the NaN-ignoring key
+// over both lanes and the NaN-aware encoder for every vector.
 template <typename In>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__device__ __forceinline__ void EncodeSrBatch(
+    const uint4 (&raw)[kBatch], const float* enc_table, float factor,
+    uint32_t key0, uint32_t key1, uint64_t octet, bool row_ok, int cols_left,
+    int q, int first_block, uint32_t* out, uint8_t (*sectors)[kSectorBytes]) {
+  uint32_t key[kBatch];  // bits of the blocks' max |x| (NaN: a NaN)
+  bool has_nan[kBatch];
+  const bool warp_nan =
+      __any_sync(0xFFFFFFFFu, nvfp4::HalfPairKeys<In>(raw, key, has_nan));
+  uint32_t rbytes[kBatch][2];
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    StochasticRoundingOctet(key0, key1, octet + u * 32, kRowwiseStream,
+                            rbytes[u][0], rbytes[u][1]);
+  }
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+    float v[8];
+    nvfp4::Unpack<In, 8>(w, v);
+    uint32_t word;
+    uint32_t sdb;
+    if (warp_nan) {  // drop the NaNs from the keys that hold one
+      uint32_t clean = nvfp4::NanFreeKey<8>(v);
+      clean = max(clean, __shfl_xor_sync(0xFFFFFFFFu, clean, 1));
+      sdb = nvfp4::E4M3Byte(
+          nvfp4::MulRn(__uint_as_float(has_nan[u] ? clean : key[u]), factor));
+      uint32_t codes[2];
+      nvfp4::EncodeSrBytes<8>(v, enc_table[sdb & 127u], rbytes[u], has_nan[u],
+                              codes);
+      word = nvfp4::PackNibbles8(codes[0], codes[1]);
+    } else {
+      sdb = nvfp4::E4M3Byte(nvfp4::MulRn(__uint_as_float(key[u]), factor));
+      word = nvfp4::EncodeSrWord8(v, enc_table[sdb & 127u], rbytes[u], w);
+    }
+    StoreVector(u, word, sdb, row_ok, cols_left, q, first_block, out, sectors);
+  }
+}
+
+template <typename In, bool kSr>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<kSr>)
     RowOctetKernel(const __grid_constant__ RowParams p) {
   __shared__ __align__(16) uint8_t sectors[kChunkTiles][kSectorBytes];
   __shared__ float enc_table[128];
@@ -180,11 +251,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       AsyncCommit();
     }
     // The group's tensor scale and the multipliers of its 128 scale bytes
-    // (/ 8 where that is exact for all of them), while the loads fly.
-    const Nvfp4TensorScale ts =
-        MakeNvfp4TensorScale(p.amax[ex * p.groups + where.group]);
-    const bool scaled = nvfp4::EighthIsExact(Nvfp4EncodeMultiplier(
-        static_cast<uint8_t>(nvfp4::kSmallestMultiplierByte), ts));
+    // (/ 8 where that is exact for all of them, without SR), while the loads
+    // fly.
+    const int64_t slot = ex * p.groups + where.group;
+    const Nvfp4TensorScale ts = MakeNvfp4TensorScale(p.amax[slot]);
+    const bool scaled =
+        !kSr && nvfp4::EighthIsExact(Nvfp4EncodeMultiplier(
+                    static_cast<uint8_t>(nvfp4::kSmallestMultiplierByte), ts));
     if (threadIdx.x < 128) {
       const float enc =
           Nvfp4EncodeMultiplier(static_cast<uint8_t>(threadIdx.x), ts);
@@ -193,6 +266,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncthreads();  // the table is in
     uint32_t* const out = row_words + row * N / kVec;
     auto encode = [&](auto scaled_tag) {  // std::bool_constant of `scaled`
+      // SR: the group's key and the octet of the lane's first vector (its
+      // row's index in the group times N / 8, plus col0 / 8).
+      [[maybe_unused]] uint32_t key0 = 0;
+      [[maybe_unused]] uint32_t key1 = 0;
+      [[maybe_unused]] uint64_t octet = 0;
+      if constexpr (kSr) {
+        key0 = p.keys[2 * slot];
+        key1 = p.keys[2 * slot + 1];
+        octet = static_cast<uint64_t>(local0 + local_row) *
+                    static_cast<uint64_t>(N / kVec) +
+                static_cast<uint64_t>(col0 / kVec);
+      }
 #pragma unroll
       for (int b = 0; b < kBatches; ++b) {
         if (b == 0) {
@@ -205,9 +290,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         for (int u = 0; u < kBatch; ++u) {
           raw[u] = staged[b * kBatch + u][threadIdx.x];
         }
-        EncodeBatch<In, decltype(scaled_tag)::value>(
-            raw, enc_table, ts.factor, row_ok, cols_left - b * kBatch * 32 * kVec,
-            q, b * kBatch * 16, out + b * kBatch * 32, sectors);
+        if constexpr (kSr) {
+          EncodeSrBatch<In>(raw, enc_table, ts.factor, key0, key1,
+                            octet + b * kBatch * 32, row_ok,
+                            cols_left - b * kBatch * 32 * kVec, q,
+                            b * kBatch * 16, out + b * kBatch * 32, sectors);
+        } else {
+          EncodeBatch<In, decltype(scaled_tag)::value>(
+              raw, enc_table, ts.factor, row_ok,
+              cols_left - b * kBatch * 32 * kVec, q, b * kBatch * 16,
+              out + b * kBatch * 32, sectors);
+        }
       }
     };
     if (scaled) {
@@ -244,7 +337,7 @@ GroupedLaunchStatus TryNvfp4RowOctet(
   const GroupedView& v = problem.view;
   *taken = false;
   if (!problem.rowwise || problem.colwise || problem.use_2d ||
-      problem.stochastic_rounding || v.input_type == InputType::kF32 ||
+      v.input_type == InputType::kF32 ||
       v.cols % nvfp4::kB != 0 || v.batch > 65535 ||
       v.rows >= (int64_t{1} << 25) || !Aligned(buffers.x, 16) ||
       !Aligned(buffers.row, 4) || !Aligned(buffers.row_scale, 16)) {
@@ -258,10 +351,18 @@ GroupedLaunchStatus TryNvfp4RowOctet(
   }
   *taken = true;
   p.amax = buffers.amax;
-  if (v.input_type == InputType::kBF16) {
-    RowOctetKernel<Bf16In><<<grid, kThreads, 0, stream>>>(p);
+  p.keys = buffers.keys;
+  const bool bf16 = v.input_type == InputType::kBF16;
+  if (problem.stochastic_rounding) {
+    if (bf16) {
+      RowOctetKernel<Bf16In, true><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      RowOctetKernel<F16In, true><<<grid, kThreads, 0, stream>>>(p);
+    }
+  } else if (bf16) {
+    RowOctetKernel<Bf16In, false><<<grid, kThreads, 0, stream>>>(p);
   } else {
-    RowOctetKernel<F16In><<<grid, kThreads, 0, stream>>>(p);
+    RowOctetKernel<F16In, false><<<grid, kThreads, 0, stream>>>(p);
   }
   return CheckLaunch("launching the grouped NVFP4 RowOctetKernel");
 }

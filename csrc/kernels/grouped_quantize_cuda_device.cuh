@@ -399,8 +399,8 @@ GroupedLaunchStatus TryMxfp8RowOctet(
     const GroupedMxfp8QuantizeBuffers& buffers, cudaStream_t stream,
     bool* taken);
 
-// The rowwise-only NVFP4 path for 16-bit inputs without stochastic rounding
-// or 2D scaling (kernels/grouped_nvfp4_row_cuda.cu): launches its
+// The rowwise-only NVFP4 path for 16-bit inputs without 2D scaling (with or
+// without stochastic rounding; kernels/grouped_nvfp4_row_cuda.cu): launches its
 // RowOctetKernel if the problem suits it (*taken says whether); nothing is
 // enqueued otherwise.
 GroupedLaunchStatus TryNvfp4RowOctet(
@@ -409,7 +409,8 @@ GroupedLaunchStatus TryNvfp4RowOctet(
     bool* taken);
 
 // The NVFP4 path with a colwise part (alone or with the rowwise part) for
-// 16-bit inputs without stochastic rounding or 2D scaling, N >= 512 and a
+// 16-bit inputs without 2D scaling (with or without stochastic rounding),
+// N >= 512 and a
 // grid of at least one wave (kernels/grouped_nvfp4_panel_cuda.cu): whether
 // its GroupedPanelKernel takes `problem`, and its launch (after the scale
 // buffers' memset).

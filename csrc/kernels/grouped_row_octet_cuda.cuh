@@ -40,6 +40,7 @@ struct RowParams {
   uint32_t tiles_per_row;   // ceil(N / (4 B)), B elements per block
   uint32_t worst_units;     // W(R, G, 128)
   const float* amax;        // NVFP4: batch x G group amaxes (MXFP8: unused)
+  const uint32_t* keys;     // NVFP4 SR: batch x G x 2 key words (else unused)
 };
 
 // A CTA's item and its warp's row of the unit.

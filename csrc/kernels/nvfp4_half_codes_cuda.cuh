@@ -36,6 +36,42 @@ __device__ __forceinline__ float HalfPairKey(const uint32_t (&w)[4]) {
   return In::Convert(static_cast<typename In::Storage>(FoldHalves(m)));
 }
 
+// The block keys (bits of max |v|; a NaN if the block has one) of kCount
+// vectors of 8 16-bit values of type In (HalfPairKey: lane ^ 1 must call it
+// too), whether each block has a NaN, and whether any of this lane's does.
+template <typename In, int kCount>
+__device__ __forceinline__ bool HalfPairKeys(const uint4 (&raw)[kCount],
+                                             uint32_t (&key)[kCount],
+                                             bool (&has_nan)[kCount]) {
+  bool any_nan = false;
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) {
+    const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+    key[u] = __float_as_uint(HalfPairKey<In>(w));
+    has_nan[u] = key[u] > kF32Inf;
+    any_nan |= has_nan[u];
+  }
+  return any_nan;
+}
+
+// The block key of a lane's 8 16-bit values w of a rowwise block (the block
+// is this lane and lane ^ 1, both calling it; block_lanes their mask), as
+// bits, and whether the block has a NaN: then the key ignores the NaNs, and
+// v holds the lane's unpacked values (else v is not written).
+template <typename In>
+__device__ __forceinline__ uint32_t HalfRowKey(const uint32_t (&w)[4],
+                                               unsigned block_lanes,
+                                               float (&v)[8], bool& has_nan) {
+  uint32_t key = __float_as_uint(HalfPairKey<In>(w));
+  has_nan = key > kF32Inf;  // both lanes of the block agree
+  if (has_nan) {
+    Unpack<In, 8>(w, v);
+    key = NanFreeKey<8>(v);
+    key = max(key, __shfl_xor_sync(block_lanes, key, 1));
+  }
+  return key;
+}
+
 // The code word of the 8 NaN-free 16-bit values of w (of type Elem) times the
 // encode multiplier: nibble e = FloatToE2M1(fl(v_e * enc)). kScaled: `enc`
 // is the multiplier / 8 (exact) and the magnitudes come in pairs
@@ -118,14 +154,9 @@ __device__ __forceinline__ uint32_t HalfRowCodes(const uint32_t (&w)[4],
                                                  const float* enc_table,
                                                  unsigned block_lanes,
                                                  uint32_t& sdb) {
-  uint32_t key = __float_as_uint(HalfPairKey<In>(w));
-  const bool has_nan = key > kF32Inf;  // both lanes of the block agree
   float v[8];
-  if (has_nan) {
-    Unpack<In, 8>(w, v);
-    key = NanFreeKey<8>(v);
-    key = max(key, __shfl_xor_sync(block_lanes, key, 1));
-  }
+  bool has_nan;
+  const uint32_t key = HalfRowKey<In>(w, block_lanes, v, has_nan);
   sdb = E4M3Byte(MulRn(__uint_as_float(key), factor));
   const float enc = enc_table[sdb & 127u];
   if (has_nan) {

@@ -94,15 +94,8 @@ __device__ __forceinline__ void RowHalfSrStep(
     int valid) {
   uint32_t key[kRowHalfUnroll];  // bits of the blocks' max |x| (NaN: a NaN)
   bool has_nan[kRowHalfUnroll];
-  bool any_nan = false;
-#pragma unroll
-  for (int u = 0; u < kRowHalfUnroll; ++u) {
-    const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-    key[u] = __float_as_uint(HalfPairKey<In>(w));
-    has_nan[u] = key[u] > kF32Inf;
-    any_nan |= has_nan[u];
-  }
-  const bool warp_nan = __any_sync(0xFFFFFFFFu, any_nan);
+  const bool warp_nan =
+      __any_sync(0xFFFFFFFFu, HalfPairKeys<In>(raw, key, has_nan));
   if (index.linear && !warp_nan) {
     // The usual case. The 4 Threefry calls first, in one basic block: 4
     // independent dependency chains of ~60 instructions that the scheduler
