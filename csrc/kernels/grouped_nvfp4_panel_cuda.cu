@@ -316,9 +316,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             // n * rows_g + r (SrIndex): the block's 16 rows are a run from
             // u0 + 16 panel (one that starts an octet where rows_g % 8 ==
             // 0, else one more call).
-            const int64_t n = (chunk * kCtaVectors + vector_group * 32 + lane) *
-                                  kVec +
-                              2 * jw + sub;
+            const int64_t n = vector * kVec + 2 * jw + sub;
             uint32_t rbytes[kB / 4];
             nvfp4::SrRunBytes<kB>(
                 key0, key1, kColwiseStream,
