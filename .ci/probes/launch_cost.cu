@@ -2,7 +2,7 @@
 // timeline, by kind of launch, measured with CUDA events around many
 // back-to-back launches of kernels that do (almost) nothing. Answers whether
 // the ~9 us between the cooperative current-scaling kernels' own time and
-// their op time (docs/performance.md) is the cooperative launch itself.
+// their op time (docs/performance_log.md) is the cooperative launch itself.
 // Built and run by .ci/gpu_launch_cost on the H200 machine:
 //   nvcc -O2 -arch=sm_90a -o launch_cost launch_cost.cu && ./launch_cost
 // Prints one line per case: microseconds per launch (median of 7 batches), each

@@ -3,8 +3,8 @@
 // the same kernel on the same shapes differ by ~3 us depending on which ops
 // ran before it in the process (dense MXFP8 rowwise 52.2 us alone, 55.2 after
 // a transposing op; grouped MXFP8 rowwise 58.4 alone, 55.8 in the full run:
-// docs/performance.md, eighth session), i.e. on where XLA's allocator put the
-// buffers. Here one pool is allocated once and the input and output of a
+// docs/performance_log.md, eighth session), i.e. on where XLA's allocator put
+// the buffers. Here one pool is allocated once and the input and output of a
 // one-chunk-per-CTA bf16 -> FP8 cast (the shape of the library's
 // CastRowwiseKernel / RowStreamKernel: 256 threads x 4 16-byte loads, st.cs
 // stores) are placed at chosen offsets inside it.

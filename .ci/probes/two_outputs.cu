@@ -3,8 +3,9 @@
 // colwise / transposed ops do) can stream on this GPU, next to the same cast
 // with one output and to cudaMemcpy, in steady state (back-to-back launches,
 // inputs and outputs rotated over more than the L2). Answers whether the
-// rowwise + colwise kernels' ~88% of the copy bandwidth (docs/performance.md,
-// ninth session) is a limit of the access pattern or of the kernels.
+// rowwise + colwise kernels' ~88% of the copy bandwidth
+// (docs/performance_log.md, ninth session) is a limit of the access pattern
+// or of the kernels.
 // Built and run by .ci/gpu_two_outputs on the H200 machine.
 // Prints one line per variant: microseconds per launch (median of 7 batches of
 // 40 launches), GB/s (x read once, every output written once) and % of the

@@ -39,7 +39,7 @@ EQXQ_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1, int r0,
 // plus 1): arithmetic by it stays a multiply (IMAD, FMUL) on the FMA pipe
 // instead of becoming an add, mask or shift on the ALU pipe, which the SR
 // kernels fill (Threefry's rotations and xors; the ALU pipe is half of an SM
-// sub-partition's integer throughput, docs/performance.md). Here: the key
+// sub-partition's integer throughput, docs/performance_log.md). Here: the key
 // injections x = x * one + k, which as plain adds ptxas fused into the next
 // round's add as 3-input IADD3s (45 instead of 40 ALU instructions per
 // call); also E2M1StochasticSum (kernels/nvfp4_stochastic_cuda_math.cuh). The

@@ -42,8 +42,8 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
 // first from L1 and L2). A quantize kernel never reads its outputs back, and
 // ordinary stores leave them in L2 as dirty lines that push out input still to
 // be read: on the H200 a one-pass bf16 -> FP8 cast streams 10% faster with
-// them (.ci/probes/stream_cast.cu, docs/performance.md). Global memory only;
-// shared-memory staging uses StageCastWords.
+// them (.ci/probes/stream_cast.cu, docs/performance_log.md). Global memory
+// only; shared-memory staging uses StageCastWords.
 
 // kWords words of converted FP8 bytes (2: 8 elements of a bf16 / f16 vector,
 // 1: 4 of an f32 one) to global dst, aligned to their size: one 8- or 4-byte

@@ -17,7 +17,7 @@
 // kChunkCols / 128 whole sectors, staged in shared memory and written after
 // one barrier by 16-byte streaming stores (the dense rowwise op took 57.6 us
 // at 8192^2 bf16 with partial-sector scale stores and 51.5 with whole staged
-// ones, docs/performance.md).
+// ones, docs/performance_log.md).
 //
 // Items: item = (unit * 16 + octet) * chunks + column chunk over units
 // [0, max(W, ceil(R / 128))), W = WorstCaseUnits(R, G, 128), the units of the

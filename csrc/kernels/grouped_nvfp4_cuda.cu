@@ -20,11 +20,11 @@
 // That reads x twice, but TileKernel is bound by its instructions (issue slots
 // 73% busy, DRAM 19%, at 16384x4096), not by memory. Measured (bf16, 8 groups,
 // b2b, per-group amax included): 16384x4096 277.9 -> 256.5 us, 4096^2 83.7 ->
-// 83.3 (docs/performance.md, thirty-second session). A problem with a colwise
-// part, for the same inputs (N % 8 == 0; N % 16 == 0 with a rowwise part), at
-// least 512 columns and a grid of at least one wave, runs GroupedPanelKernel
-// instead (kernels/grouped_nvfp4_panel_cuda.cu): both parts in one read of x,
-// or the colwise part alone.
+// 83.3 (docs/performance_log.md, thirty-second session). A problem with a
+// colwise part, for the same inputs (N % 8 == 0; N % 16 == 0 with a rowwise
+// part), at least 512 columns and a grid of at least one wave, runs
+// GroupedPanelKernel instead (kernels/grouped_nvfp4_panel_cuda.cu): both parts
+// in one read of x, or the colwise part alone.
 //
 // TileKernel (256 threads, one unit per CTA, see grouped_quantize_cuda_
 // device.cuh for the units): a unit is 64 rows, aligned at its group's

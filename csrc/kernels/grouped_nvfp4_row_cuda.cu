@@ -30,7 +30,7 @@
 //     multipliers of the 128 scale bytes are a shared table filled while the
 //     loads are in flight.
 // Measured (bf16, 16384x4096, 8 ragged groups, op back to back, per-group
-// amax included; docs/performance.md, thirty-first session): the generic
+// amax included; docs/performance_log.md, thirty-first session): the generic
 // TileKernel, which served this op before, 185 us; this plan with 4 vectors
 // per lane held in registers 116 us (kernel 71); with 8 by cp.async 101 us
 // (at 4 CTAs per SM instead of 5: 102-103). Thirty-fifth session: the

@@ -30,7 +30,7 @@
 //     (SrRunBytes; for 16-bit inputs, where the thread's 8 columns' counters
 //     step linearly, OctetRuns). With the counters once per thread in both
 //     parts, the SR kernel went 159.8 -> 146.0 M instructions and 221.7 ->
-//     202.5 us (8192^2 bf16 with the RHT; docs/performance.md).
+//     202.5 us (8192^2 bf16 with the RHT; docs/performance_log.md).
 //   * after a barrier the CTA writes the staged outputs to the T layout (c,
 //     l, a, k) (StoreStagedColumns, kernels/nvfp4_panel_staging_cuda.cuh):
 //     64 contiguous code bytes per column line (the CTA's 8 panels), 16 per
@@ -52,7 +52,7 @@
 // packed paths where that is exact).
 // The loops stay loops: the fully unrolled form (panel in registers) was a
 // 15,700-instruction kernel that stalled on instruction fetch (no faster
-// than the tile kernel); this one is ~2,900 (docs/performance.md).
+// than the tile kernel); this one is ~2,900 (docs/performance_log.md).
 // No spills in any loop (ptxas -warn-spills is on in CMake): the 16-bit RHT
 // variants without SR keep 4 values in local memory, stored once and loaded
 // once per example; the SR kernels are at their cap of 128 registers (2 CTAs

@@ -24,7 +24,7 @@
 // example's last step (if partial) checks ranges: 448 instead of 542
 // instructions per step of 4 vectors (bf16); with that, 4 CTAs per SM (64
 // registers, a 3-stage ring of 48 KiB) beat 3 (80 registers, 4 stages): the
-// op 81.3 -> 79.4 us back to back at 8192^2 (docs/performance.md).
+// op 81.3 -> 79.4 us back to back at 8192^2 (docs/performance_log.md).
 
 #ifndef EQX_QUANT_CSRC_KERNELS_NVFP4_ROW_HALF_CUDA_CUH_
 #define EQX_QUANT_CSRC_KERNELS_NVFP4_ROW_HALF_CUDA_CUH_

@@ -6,7 +6,7 @@
 // and the CPU kernel.
 //
 // RowFastKernel<SR> spent 333 instructions per 16-byte vector, ALU-bound
-// (docs/performance.md), of which the encode and one Threefry call are
+// (docs/performance_log.md), of which the encode and one Threefry call are
 // about 200; the rest was its index cursor (a division per step, a 64-bit
 // carry per vector, the run's octet shifts), the unpacked block key and the
 // 64-bit loop control. Here RowHalfKernel's loop runs the steps (the
