@@ -63,6 +63,31 @@ def test_vmap_is_per_example(name):
 
 
 
+@pytest.mark.parametrize("name", list(QUANTIZERS))
+@pytest.mark.parametrize("shape", [(3, 16, 64), (3, 0, 64), (3, 16, 0), (0, 16, 64)])
+def test_vmap_reference_per_example(name, shape):
+    """The pure-JAX reference under vmap equals its per-example calls and the kernel, for
+    examples of zero elements too, and for NVFP4 without SR, whose key words are `(0,)`
+    per example (both once raised ZeroDivisionError: the batch was flattened with -1)."""
+    xs = jnp.asarray(random_input(shape, jnp.bfloat16, seed=5))
+    q = QUANTIZERS[name]()
+    sr = name.endswith("_sr")
+    keys = jax.random.split(jax.random.key(3), shape[0])
+
+    def run(impl):
+        if sr:
+            return jax.vmap(lambda x, k: eqq.quantize_dbias(x, q, key=k, impl=impl))(xs, keys)
+        return jax.vmap(lambda x: eqq.quantize_dbias(x, q, impl=impl))(xs)
+
+    batched = run("reference")
+    for i in range(shape[0]):
+        kw = {"key": keys[i]} if sr else {}
+        one = eqq.quantize_dbias(xs[i], q, impl="reference", **kw)
+        assert_same(jax.tree.map(lambda a: a[i], batched), one, f"example {i}")
+    if IMPL != "reference":
+        assert_same(batched, run(IMPL), "reference vs kernel")
+
+
 @pytest.mark.parametrize("name", ["mxfp8", "nvfp4"])
 def test_quantize_dbias_under_vmap_and_grad(name):
     """quantize_dbias of the block formats (MXFP8: from its own op; NVFP4: the FP8 op with no

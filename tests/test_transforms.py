@@ -44,6 +44,28 @@ def test_vmap_is_per_example(impl, fa):
 
 
 @pytest.mark.parametrize("impl", impls())
+@pytest.mark.parametrize("shape", [(3, 0, 8), (3, 6, 0), (0, 6, 8)])
+@pytest.mark.parametrize("delayed", [False, True])
+def test_vmap_of_empty_examples(impl, shape, delayed):
+    """Examples of zero elements under vmap (the reference once raised ZeroDivisionError):
+    amax 0, dbias zeros (or of zero size), the same as the per-example call."""
+    xs = jnp.zeros(shape, jnp.bfloat16)
+    if delayed:
+        q = eqq.DelayedScaleQuantizer(amax_history_len=2, scale=jnp.array([2.0], jnp.float32))
+    else:
+        q = eqq.CurrentScaleQuantizer()
+    t, db = jax.vmap(lambda x: eqq.quantize_dbias(x, q, impl=impl))(xs)
+    assert t.rowwise.data.shape == shape and t.colwise.data.shape == (shape[0],) + shape[:0:-1]
+    assert db.shape == (shape[0], shape[2])
+    for i in range(shape[0]):
+        t1, db1 = eqq.quantize_dbias(xs[i], q, impl=impl)
+        _assert_same_tensor(jax.tree.map(lambda a: a[i], t), t1, f"example {i}")
+        bytes_equal(db[i], db1, "dbias")
+        assert float(t1.amax[0]) == 0.0
+        bytes_equal(db1, np.zeros(shape[2], ml_dtypes.bfloat16), "dbias zeros")
+
+
+@pytest.mark.parametrize("impl", impls())
 def test_nested_vmap_and_dbias(impl):
     xs = jnp.asarray(random_input((2, 3, 5, 7), jnp.bfloat16, seed=4))
     q = eqq.CurrentScaleQuantizer()

@@ -17,6 +17,7 @@ Each op gets two primitives:
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -69,6 +70,17 @@ def _traced_as_manual(mesh, local_fn):
             return local_fn(*args)
 
     return run
+
+
+def map_examples(fn, n_batch: int, arrays, result_avals) -> tuple:
+    """`fn` (a reference of one example) over the `n_batch` leading (vmapped) dims of every
+    array, its results reshaped to `result_avals`. The batch dims are flattened to one of an
+    explicit size: `-1` cannot be resolved for examples of zero elements (an empty `x`, or
+    the `(0,)` key words of a call without stochastic rounding)."""
+    size = math.prod(arrays[0].shape[:n_batch])
+    flat = [a.reshape((size,) + a.shape[n_batch:]) for a in arrays]
+    outs = jax.vmap(fn)(*flat)
+    return tuple(o.reshape(a.shape) for o, a in zip(outs, result_avals))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,6 @@ when no reduced axis is sharded, else `_dbias.finish` completes the tree across 
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -30,7 +29,7 @@ from jax.sharding import PartitionSpec
 
 from .. import reference
 from . import _dbias, _sharding
-from ._primitive import Op, OpSpec
+from ._primitive import Op, OpSpec, map_examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,13 +101,11 @@ def _reference(params, x, scale):
         )
 
     nb = params.n_batch
-    if nb == 0:
-        outs = one(x, scale)
-    else:
-        flat_x = x.reshape((-1,) + x.shape[nb:])
-        outs = jax.vmap(one)(flat_x, scale.reshape((-1, 1)))
     avals = _inner_abstract_eval(params, x, scale)
-    outs = tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+    if nb == 0:
+        outs = tuple(o.reshape(a.shape) for o, a in zip(one(x, scale), avals))
+    else:
+        outs = map_examples(one, nb, (x, scale), avals)
     if params.dbias_cast:
         node0 = lax.index_in_dim(outs[4], 0, nb + params.dbias_keep, keepdims=False)
         cast = reference.cast_canonical(node0, x.dtype)
@@ -183,7 +180,7 @@ def _local(params, example_spec, bind_inner, x, scale):
 def _global_current_scale(params, x, fallback, amax_axes):
     """Per-example current scale from the amax over all shards (`B + (1,)`)."""
     nb = params.n_batch
-    local = jax.vmap(reference.amax)(x.reshape((-1,) + x.shape[nb:])).reshape(fallback.shape)
+    local = map_examples(lambda xe: (reference.amax(xe),), nb, (x,), (fallback,))[0]
     amax = _sharding.pmax_amax(local, amax_axes)
     return reference.compute_scale(amax, params.q_dtype, 0.0, fallback)
 

@@ -17,9 +17,7 @@ problem). The ragged row axis is never split across devices: the partition keeps
 
 import dataclasses
 import itertools
-import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
@@ -28,7 +26,7 @@ from jax.sharding import PartitionSpec
 from ..reference import _grouped, _mx, cast_canonical
 from ..reference._nvfp4 import NVFP4_BLOCK, e2m1_from_codes
 from . import _sharding
-from ._primitive import Op, OpSpec
+from ._primitive import Op, OpSpec, map_examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,13 +108,12 @@ def _reference(params, x, *operands):
     nb = params.n_batch
     if nb == 0:
         return tuple(_reference_one(params, x, *operands))
-    # An explicit batch size: -1 cannot be resolved for the empty keys (G, 0) of a call
-    # without stochastic rounding.
-    size = math.prod(x.shape[:nb])
-    flat = [a.reshape((size,) + a.shape[nb:]) for a in (x,) + operands]
-    outs = jax.vmap(lambda *a: tuple(_reference_one(params, *a)))(*flat)
-    avals = _abstract_eval(params, x, *operands)
-    return tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+    return map_examples(
+        lambda *a: tuple(_reference_one(params, *a)),
+        nb,
+        (x,) + operands,
+        _abstract_eval(params, x, *operands),
+    )
 
 
 def _batch(params, args, dims):

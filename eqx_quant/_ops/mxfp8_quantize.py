@@ -20,7 +20,6 @@ merge) take the FP8 op's dbias-only form next to this op's kernel.
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
@@ -29,7 +28,7 @@ from jax.sharding import PartitionSpec
 from ..reference import _blocks, _mx
 from . import _dbias, _sharding
 from .fp8_quantize import dbias_only_local, dbias_only_params, fp8_quantize_op
-from ._primitive import Op, OpSpec
+from ._primitive import Op, OpSpec, map_examples
 
 
 BLOCK = _mx.MX_BLOCK
@@ -110,8 +109,7 @@ def _reference(params, x):
     if nb == 0:
         outs = one(x)
     else:
-        outs = jax.vmap(one)(x.reshape((-1,) + x.shape[nb:]))
-        outs = tuple(o.reshape(a.shape) for o, a in zip(outs, avals))
+        outs = map_examples(one, nb, (x,), avals)
     if not params.with_dbias:
         return (*outs, jnp.zeros((0,), jnp.float32), jnp.zeros((0,), x.dtype))
     # The FP8 reference's dbias outputs (the same trees, bit for bit).

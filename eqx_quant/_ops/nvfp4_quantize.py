@@ -15,7 +15,6 @@
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -24,7 +23,7 @@ from jax.sharding import PartitionSpec
 
 from ..reference import _blocks, _nvfp4
 from . import _sharding
-from ._primitive import Op, OpSpec
+from ._primitive import Op, OpSpec, map_examples
 
 
 BLOCK = _nvfp4.NVFP4_BLOCK
@@ -85,8 +84,7 @@ def _amax_reference(params, x):
     nb = params.n_batch
     if nb == 0:
         return one(x)
-    outs = jax.vmap(one)(x.reshape((-1,) + x.shape[nb:]))
-    return tuple(o.reshape(a.shape) for o, a in zip(outs, _amax_abstract_eval(params, x)))
+    return map_examples(one, nb, (x,), _amax_abstract_eval(params, x))
 
 
 def _amax_batch(params, args, dims):
@@ -245,13 +243,8 @@ def _reference(params, x, amax, col_amax, key, offset):
 
     if nb == 0:
         return _final_dtypes(*one(x, amax, col_amax, key))
-    flat = lambda a, tail: a.reshape((-1,) + tail)  # noqa: E731
-    s = x.shape[nb:]
-    outs = jax.vmap(one)(
-        flat(x, s), flat(amax, (1,)), flat(col_amax, (1,)), flat(key, key.shape[nb:])
-    )
     avals = _abstract_eval(params, x, amax, col_amax, key, offset)
-    return _final_dtypes(*(o.reshape(a.shape) for o, a in zip(outs, avals)))
+    return _final_dtypes(*map_examples(one, nb, (x, amax, col_amax, key), avals))
 
 
 def _batch(params, args, dims):
