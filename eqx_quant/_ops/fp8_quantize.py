@@ -105,7 +105,10 @@ def _reference(params, x, scale):
     if nb == 0:
         outs = tuple(o.reshape(a.shape) for o, a in zip(one(x, scale), avals))
     else:
-        outs = map_examples(one, nb, (x, scale), avals)
+        # The barrier: a scale broadcast over the batch (a quantizer closed over by vmap)
+        # sent XLA's algebraic simplifier into a circular loop on the exact multiply (an
+        # error line in the log at every compile; the result was right).
+        outs = map_examples(one, nb, (x, lax.optimization_barrier(scale)), avals)
     if params.dbias_cast:
         node0 = lax.index_in_dim(outs[4], 0, nb + params.dbias_keep, keepdims=False)
         cast = reference.cast_canonical(node0, x.dtype)
