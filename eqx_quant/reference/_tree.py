@@ -104,7 +104,11 @@ def tree_sum_by_slices(v: Float[Array, "..."], axis: int) -> Float[Array, "..."]
         if count == 1:
             return v[begin]
         half = (count + 1) // 2
-        return add(node(begin, half), node(begin + half, count - half))
+        # A barrier per node, as in `_pairwise_levels`: fused together, the emulated adds
+        # duplicate every subtree into its parent (a 17-long axis compiled for minutes).
+        return lax.optimization_barrier(
+            add(node(begin, half), node(begin + half, count - half))
+        )
 
     return node(0, n)
 
