@@ -2,6 +2,8 @@
 
 import contextlib
 import functools
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -233,9 +235,6 @@ def test_sharded_dbias_of_an_odd_axis_compiles_quickly(impl):
     one kernel, duplicating every subtree (the compile ran for more than 7 minutes; now under
     a second). Run in a subprocess so that a regression fails at the limit instead of stalling
     the suite; the result must also be bit-identical to the unsharded call."""
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, "-c", _ODD_TREE_SCRIPT, impl],
         capture_output=True,

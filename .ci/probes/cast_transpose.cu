@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "kernels/fp8_quantize_cuda_device.cuh"
@@ -335,33 +336,63 @@ Variant V(const char* name) {
                  C::kOut == Out::kTransposed};
 }
 
+// The buffers of a run (x and both copies rotated over kBuffers) and the
+// copy bandwidth that the variants are compared with.
+struct Rig {
+  int64_t side;
+  std::vector<uint16_t*> x;
+  std::vector<uint8_t*> row;
+  std::vector<uint8_t*> col;
+  float* amax;
+  double copy_gbps;
+  cudaStream_t stream;
+
+  // Launch i's arguments: each buffer set in turn, x, row and col from
+  // different sets.
+  Args Rotated(int i) const {
+    return Args{x[(i + 1) % kBuffers], row[i % kBuffers], col[(i + 2) % kBuffers],
+                amax, side, side};
+  }
+
+  // Times launch(args) back to back and prints a line; with `check`, runs it
+  // once more on buffer set 0 and counts the transposed bytes that are not
+  // the rowwise copy's.
+  template <typename Launch>
+  void Time(const char* name, int outputs, bool check, Launch launch) const {
+    const double us = MedianMicroseconds<kLaunches, kBatches>(
+        [&](int i) {
+          launch(Rotated(i));
+          Check(cudaGetLastError(), name);
+        },
+        stream);
+    const double gbps = (2.0 + outputs) * side * side / us * 1e-3;
+    std::printf("%8.2f us  %6.0f GB/s  %5.1f%%  %s", us, gbps, 100.0 * gbps / copy_gbps,
+                name);
+    if (check) {
+      launch(Args{x[0], row[0], col[0], amax, side, side});
+      Check(cudaStreamSynchronize(stream), name);
+      std::printf(" [%lld transposed bytes wrong]",
+                  static_cast<long long>(Mismatches(row[0], col[0], side)));
+    }
+    std::printf("\n");
+  }
+};
+
+// A persistent PrefetchKernel variant: one wave of resident CTAs.
 template <int kRows, int kCols, int kThreads, int kMinBlocks>
-void RunPrefetch(const char* name, int sms, std::vector<uint16_t*>& x,
-                 std::vector<uint8_t*>& row, std::vector<uint8_t*>& col,
-                 float* amax, int64_t side, double copy_gbps,
-                 cudaStream_t stream) {
+void RunPrefetch(const char* name, int sms, const Rig& rig, bool check) {
   auto* kernel = &PrefetchKernel<kRows, kCols, kThreads, kMinBlocks>;
   int per_sm = 0;
   Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0),
         "occupancy");
-  const int col_tiles = static_cast<int>(side / kCols);
-  const int tiles = col_tiles * static_cast<int>(side / kRows);
+  const int col_tiles = static_cast<int>(rig.side / kCols);
+  const int tiles = col_tiles * static_cast<int>(rig.side / kRows);
   const int grid = sms * per_sm;
-  const double us = MedianMicroseconds<kLaunches, kBatches>(
-      [&](int i) {
-        Args a{x[(i + 1) % kBuffers], row[i % kBuffers], col[(i + 2) % kBuffers],
-               amax, side, side};
-        kernel<<<grid, kThreads, 0, stream>>>(a, col_tiles, tiles);
-        Check(cudaGetLastError(), name);
-      },
-      stream);
-  const double bytes = 4.0 * side * side;
-  Args a{x[0], row[0], col[0], amax, side, side};
-  kernel<<<grid, kThreads, 0, stream>>>(a, col_tiles, tiles);
-  Check(cudaStreamSynchronize(stream), name);
-  std::printf("%8.2f us  %6.0f GB/s  %5.1f%%  %s (%d CTAs per SM) [%lld wrong]\n", us,
-              bytes / us * 1e-3, 100.0 * bytes / us * 1e-3 / copy_gbps, name, per_sm,
-              static_cast<long long>(Mismatches(row[0], col[0], side)));
+  const std::string label = std::string(name) + " (" + std::to_string(per_sm) +
+                            " CTAs per SM)";
+  rig.Time(label.c_str(), 2, check, [&](const Args& a) {
+    kernel<<<grid, kThreads, 0, rig.stream>>>(a, col_tiles, tiles);
+  });
 }
 
 }  // namespace
@@ -391,78 +422,58 @@ int main() {
       V<Config<256, 128, 128, 8>>("tile 256x128 / 128 thr (32 rows per thread)"),
   };
 
-  for (const int64_t side : {int64_t{8192}}) {
-    const int64_t elements = side * side;
-    std::vector<uint16_t*> x(kBuffers);
-    std::vector<uint8_t*> row(kBuffers);
-    std::vector<uint8_t*> col(kBuffers);
-    std::vector<uint16_t*> copy(kBuffers);
-    for (int i = 0; i < kBuffers; ++i) {
-      Check(cudaMalloc(&x[i], elements * 2), "malloc x");
-      Fill<<<sms * 8, 256, 0, stream>>>(reinterpret_cast<uint4*>(x[i]), elements / 8,
-                                        17u * i + 1u);
-      Check(cudaMalloc(&row[i], elements), "malloc row");
-      Check(cudaMalloc(&col[i], elements), "malloc col");
-      Check(cudaMalloc(&copy[i], elements * 2), "malloc copy");
-    }
-    float* amax = nullptr;
-    Check(cudaMalloc(&amax, sizeof(float)), "malloc amax");
-    Check(cudaMemsetAsync(amax, 0, sizeof(float), stream), "memset");
-    Check(cudaStreamSynchronize(stream), "fill");
-    const double copy_us =
-        CopyMicroseconds<kLaunches, kBatches>(x, copy, elements * 2, stream);
-    const double copy_gbps = 4.0 * elements / copy_us * 1e-3;
-    std::printf("%lld x %lld bf16 -> e4m3 (%d SMs), buffers rotated over %d\n",
-                static_cast<long long>(side), static_cast<long long>(side), sms,
-                kBuffers);
-    std::printf("%8.2f us  %6.0f GB/s  100.0%%  cudaMemcpyAsync D2D of x\n", copy_us,
-                copy_gbps);
-    for (int round = 0; round < 2; ++round) {
-      for (const Variant& v : variants) {
-        dim3 grid;
-        if (v.rows == 0) {
-          grid = dim3(static_cast<unsigned>((elements / 8 + 1023) / 1024));
-        } else if (v.super > 0) {
-          grid = dim3(static_cast<unsigned>((side / v.cols) * (side / v.rows)));
-        } else {
-          grid = dim3(static_cast<unsigned>(side / v.cols),
-                      static_cast<unsigned>(side / v.rows));
-        }
-        const double us = MedianMicroseconds<kLaunches, kBatches>(
-            [&](int i) {
-              Args a{x[(i + 1) % kBuffers], row[i % kBuffers], col[(i + 2) % kBuffers],
-                     amax, side, side};
-              v.kernel<<<grid, v.threads, 0, stream>>>(a);
-              Check(cudaGetLastError(), v.name);
-            },
-            stream);
-        const double bytes = (2.0 + v.outputs) * elements;
-        std::printf("%8.2f us  %6.0f GB/s  %5.1f%%  %s", us, bytes / us * 1e-3,
-                    100.0 * bytes / us * 1e-3 / copy_gbps, v.name);
-        if (round == 0 && v.check) {
-          Args a{x[0], row[0], col[0], amax, side, side};
-          v.kernel<<<grid, v.threads, 0, stream>>>(a);
-          Check(cudaStreamSynchronize(stream), v.name);
-          std::printf(" [%lld transposed bytes wrong]",
-                      static_cast<long long>(Mismatches(row[0], col[0], side)));
-        }
-        std::printf("\n");
-      }
-      RunPrefetch<128, 256, 256, 3>("persistent 128x256 / 256 thr, next tile's first batch early",
-                                    sms, x, row, col, amax, side, copy_gbps, stream);
-      RunPrefetch<128, 256, 256, 2>("persistent 128x256 / 256 thr at 2 CTAs per SM",
-                                    sms, x, row, col, amax, side, copy_gbps, stream);
-      RunPrefetch<128, 128, 128, 6>("persistent 128x128 / 128 thr",
-                                    sms, x, row, col, amax, side, copy_gbps, stream);
-    }
-    for (int i = 0; i < kBuffers; ++i) {
-      Check(cudaFree(x[i]), "free");
-      Check(cudaFree(row[i]), "free");
-      Check(cudaFree(col[i]), "free");
-      Check(cudaFree(copy[i]), "free");
-    }
-    Check(cudaFree(amax), "free");
+  Rig rig{8192, std::vector<uint16_t*>(kBuffers), std::vector<uint8_t*>(kBuffers),
+          std::vector<uint8_t*>(kBuffers), nullptr, 0.0, stream};
+  const int64_t side = rig.side;
+  const int64_t elements = side * side;
+  std::vector<uint16_t*> copy(kBuffers);
+  for (int i = 0; i < kBuffers; ++i) {
+    Check(cudaMalloc(&rig.x[i], elements * 2), "malloc x");
+    Fill<<<sms * 8, 256, 0, stream>>>(reinterpret_cast<uint4*>(rig.x[i]), elements / 8,
+                                      17u * i + 1u);
+    Check(cudaMalloc(&rig.row[i], elements), "malloc row");
+    Check(cudaMalloc(&rig.col[i], elements), "malloc col");
+    Check(cudaMalloc(&copy[i], elements * 2), "malloc copy");
   }
+  Check(cudaMalloc(&rig.amax, sizeof(float)), "malloc amax");
+  Check(cudaMemsetAsync(rig.amax, 0, sizeof(float), stream), "memset");
+  Check(cudaStreamSynchronize(stream), "fill");
+  const double copy_us =
+      CopyMicroseconds<kLaunches, kBatches>(rig.x, copy, elements * 2, stream);
+  rig.copy_gbps = 4.0 * elements / copy_us * 1e-3;
+  std::printf("%lld x %lld bf16 -> e4m3 (%d SMs), buffers rotated over %d\n",
+              static_cast<long long>(side), static_cast<long long>(side), sms, kBuffers);
+  std::printf("%8.2f us  %6.0f GB/s  100.0%%  cudaMemcpyAsync D2D of x\n", copy_us,
+              rig.copy_gbps);
+  for (int round = 0; round < 2; ++round) {
+    const bool check = round == 0;
+    for (const Variant& v : variants) {
+      dim3 grid;
+      if (v.rows == 0) {
+        grid = dim3(static_cast<unsigned>((elements / 8 + 1023) / 1024));
+      } else if (v.super > 0) {
+        grid = dim3(static_cast<unsigned>((side / v.cols) * (side / v.rows)));
+      } else {
+        grid = dim3(static_cast<unsigned>(side / v.cols),
+                    static_cast<unsigned>(side / v.rows));
+      }
+      rig.Time(v.name, v.outputs, check && v.check, [&](const Args& a) {
+        v.kernel<<<grid, v.threads, 0, stream>>>(a);
+      });
+    }
+    RunPrefetch<128, 256, 256, 3>("persistent 128x256 / 256 thr, next tile's first batch early",
+                                  sms, rig, check);
+    RunPrefetch<128, 256, 256, 2>("persistent 128x256 / 256 thr at 2 CTAs per SM", sms, rig,
+                                  check);
+    RunPrefetch<128, 128, 128, 6>("persistent 128x128 / 128 thr", sms, rig, check);
+  }
+  for (int i = 0; i < kBuffers; ++i) {
+    Check(cudaFree(rig.x[i]), "free");
+    Check(cudaFree(rig.row[i]), "free");
+    Check(cudaFree(rig.col[i]), "free");
+    Check(cudaFree(copy[i]), "free");
+  }
+  Check(cudaFree(rig.amax), "free");
   Check(cudaStreamDestroy(stream), "stream");
   return 0;
 }
