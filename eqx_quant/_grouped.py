@@ -69,14 +69,21 @@ def _check_group_sizes(fn: str, x, group_sizes) -> int:
     return group_sizes.shape[0]
 
 
-def _check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key) -> int:
+def _check_token_matrix(fn: str, name: str, x) -> None:
+    """`x` (called `name`) must be an array [M, ...] whose axis 0 the groups split."""
     if not isinstance(x, jax.Array):
-        raise TypeError(f"{fn}: x must be a jax.Array, got {type(x).__name__}.")
+        raise TypeError(
+            f"{fn}: {name} must be a jax.Array, got {type(x).__name__}. Use jnp.asarray({name})."
+        )
     if x.ndim < 2:
         raise ValueError(
-            f"{fn}: x must have rank >= 2 (groups are ranges of axis 0 of a token matrix "
-            f"[M, ...]), got shape {x.shape}. Use x.reshape(M, 1) for one column."
+            f"{fn}: {name} must have rank >= 2 (groups are ranges of axis 0 of a token matrix "
+            f"[M, ...]), got shape {x.shape}. Use {name}.reshape(M, 1) for one column."
         )
+
+
+def _check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key) -> int:
+    _check_token_matrix(fn, "x", x)
     if isinstance(quantizer, NVFP4Quantizer) and quantizer.use_rht:
         raise ValueError(
             f"{fn}: NVFP4Quantizer(use_rht=True) is not supported for grouped inputs: the "
@@ -95,6 +102,13 @@ def _check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key) -> in
             f"{fn}: a DelayedScaleQuantizer holds one scale, but grouped inputs need one scale "
             f"and amax history per group. Use eqx_quant.GroupedDelayedScaleQuantizer("
             f"num_groups={groups}, ...)."
+        )
+    if isinstance(quantizer, GroupedDelayedScaleQuantizer) and quantizer.scale.ndim != 1:
+        raise ValueError(
+            f"{fn}: the GroupedDelayedScaleQuantizer holds a stack of states (scale of shape "
+            f"{quantizer.scale.shape}), e.g. one per layer built with jax.vmap. Quantize inside "
+            "jax.vmap or jax.lax.scan over the stack, or take one state with "
+            "jax.tree.map(lambda a: a[i], quantizer)."
         )
     if isinstance(quantizer, GroupedDelayedScaleQuantizer) and quantizer.num_groups != groups:
         raise ValueError(
@@ -372,9 +386,7 @@ def grouped_quantize_dbias(
 
 def _check_gd(grad, group_sizes, check, impl):
     fn = "grouped_dbias"
-    if not isinstance(grad, jax.Array) or grad.ndim < 2:
-        got = getattr(grad, "shape", type(grad).__name__)
-        raise ValueError(f"{fn}: grad must be a jax.Array of rank >= 2 ([M, ...]), got {got}.")
+    _check_token_matrix(fn, "grad", grad)
     if grad.dtype.name not in ("float32", "float16", "bfloat16"):
         raise TypeError(f"{fn}: grad must be float32, float16 or bfloat16, got {grad.dtype}.")
     if impl not in ("auto", "ffi", "reference"):

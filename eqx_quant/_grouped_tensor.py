@@ -268,10 +268,14 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
     def group_part(self, g: int) -> ScaledTensor1x:
         """Group `g` as the dense `ScaledTensor1x` that `quantize(x_g, q_g)` returns for the
         group's rows `x_g` of the 2-D view (shape `(rows_g, N)`). Eager only."""
+        return self._group_part(g, "group_part")
+
+    def _group_part(self, g: int, fn: str) -> ScaledTensor1x:
         layout = self._layout
-        starts, counts = _concrete_bounds(self.group_sizes, layout, "group_part")
-        if not 0 <= g < counts.shape[0]:
-            raise ValueError(f"group_part: g={g} is out of range for {counts.shape[0]} groups.")
+        starts, counts = _concrete_bounds(self.group_sizes, layout, fn)
+        groups = counts.shape[0]
+        if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g < groups:
+            raise ValueError(f"{fn}: g must be an int in [0, {groups}), got {g!r}.")
         start, count, n = int(starts[g]), int(counts[g]), layout.cols
         if layout.data_layout == "N":
             data = self.data.reshape(layout.rows, n)[start : start + count]
@@ -291,7 +295,7 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
 
     def scale_inv_for_group(self, g: int) -> Shaped[Array, "..."]:
         """Group `g`'s scales, unswizzled, in the dense part's `scale_inv` shape. Eager only."""
-        return self.group_part(g).scale_inv
+        return self._group_part(g, "scale_inv_for_group").scale_inv
 
     def _group_scales(self, g, counts):
         layout = self._layout

@@ -22,6 +22,8 @@ from ._quantizer import (
     AbstractQuantizer,
     AbstractTensorScaleQuantizer,
     BlockScaleQuantizer,
+    DelayedScaleQuantizer,
+    GroupedDelayedScaleQuantizer,
 )
 from ._tensor import ScaledTensor, ScaledTensor1x
 
@@ -61,11 +63,44 @@ def _check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl, key=None
             f"{fn}: amax_axes must be a tuple of mesh axis names, got {amax_axes!r}. Write "
             "amax_axes=('tp',) rather than amax_axes='tp'."
         )
+    _check_axes_bound(fn, amax_axes)
     fa = flatten_axis % x.ndim
     if isinstance(quantizer, AbstractBlockQuantizer):
         _check_block_shape(fn, x, quantizer, fa)
     _check_key(fn, quantizer, key)
     return fa
+
+
+def _check_axes_bound(fn: str, amax_axes) -> None:
+    """Every name in amax_axes must be a mesh axis of the enclosing shard_map."""
+    for name in amax_axes:
+        try:
+            jax.lax.axis_size(name)
+        except NameError:
+            raise ValueError(
+                f"{fn}: amax_axes names the axis {name!r}, which is not bound here. amax_axes is "
+                "for code inside jax.shard_map whose mesh has that axis; under sharded jit the "
+                "amax is already global, so drop amax_axes there."
+            ) from None
+
+
+def _check_quantizer_state(fn: str, quantizer) -> None:
+    """One tensor's quantizer: not a grouped one, not a stack of states (e.g. one per layer)."""
+    if isinstance(quantizer, GroupedDelayedScaleQuantizer):
+        raise TypeError(
+            f"{fn}: a GroupedDelayedScaleQuantizer holds one scale per group and quantizes "
+            "grouped inputs: use eqx_quant.grouped_quantize, or quantizer.group(g) (a "
+            "DelayedScaleQuantizer) for one dense tensor."
+        )
+    if isinstance(quantizer, DelayedScaleQuantizer) and (
+        quantizer.scale.shape != (1,) or quantizer.amax_history.ndim != 1
+    ):
+        raise ValueError(
+            f"{fn}: the DelayedScaleQuantizer holds a stack of states (scale of shape "
+            f"{quantizer.scale.shape}, amax_history of shape {quantizer.amax_history.shape}), "
+            "e.g. one per layer built with jax.vmap. Quantize inside jax.vmap or jax.lax.scan "
+            "over the stack, or take one state with jax.tree.map(lambda a: a[i], quantizer)."
+        )
 
 
 def _check_block_shape(fn: str, x, quantizer, fa: int) -> None:
@@ -233,10 +268,12 @@ def _run(fn, x, quantizer, flatten_axis, amax_axes, impl, with_dbias, key):
 
 def _check_quantize(x, quantizer, flatten_axis, key, amax_axes, impl):
     _check_inputs("quantize", x, quantizer, flatten_axis, amax_axes, impl, key)
+    _check_quantizer_state("quantize", quantizer)
 
 
 def _check_quantize_dbias(dx, quantizer, flatten_axis, key, amax_axes, impl):
     _check_inputs("quantize_dbias", dx, quantizer, flatten_axis, amax_axes, impl, key)
+    _check_quantizer_state("quantize_dbias", quantizer)
 
 
 @validated_by(_check_quantize)

@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 from jaxtyping import Array, Shaped
 
 from ._enums import ScalingMode
@@ -47,6 +48,13 @@ def unswizzle_scales(swizzled: Shaped[Array, "Rp Cp"], like) -> Shaped[Array, ".
     - `like`: the `ScaledTensor1x` part the scales belong to (gives shape and orientation).
     """
     _check_block_part("unswizzle_scales", like)
+    dtype = like.scale_inv.dtype
+    if not isinstance(swizzled, jax.Array) or swizzled.dtype != dtype:
+        got = f"{type(swizzled).__name__} of dtype {getattr(swizzled, 'dtype', '?')}"
+        raise TypeError(
+            f"unswizzle_scales: swizzled must be a jax.Array of {dtype} (the dtype of "
+            f"like.scale_inv), got {got}. Pass the output of like.gemm_scale_inv()."
+        )
     (r, c), rowwise = _matrix_shape(like)
     flat = _mx.unswizzle_scales(swizzled, rowwise=rowwise, shape=(r, c))
     return flat.reshape(like.scale_inv.shape)

@@ -94,8 +94,19 @@ def test_swizzle_of_tensor_scaling_rejected():
 
 def test_unswizzle_shape_mismatch():
     t = eqq.quantize(X, eqq.BlockScaleQuantizer(q_layout=L.ROWWISE), impl="reference")
-    with pytest.raises(ValueError, match=r"do not fit"):
+    with pytest.raises(ValueError, match=r"unswizzle_scales: swizzled has shape \(256, 4\), but "
+                       r"scales of shape .* pad to \(128, 4\)"):
         eqq.unswizzle_scales(jnp.zeros((256, 4), jnp.float8_e8m0fnu), t.rowwise)
+
+
+def test_unswizzle_dtype_mismatch():
+    t = eqq.quantize(X, eqq.BlockScaleQuantizer(q_layout=L.ROWWISE), impl="reference")
+    swizzled = t.rowwise.gemm_scale_inv()
+    with pytest.raises(TypeError, match=r"swizzled must be a jax.Array of float8_e8m0fnu .*got "
+                       r"ArrayImpl of dtype float32"):
+        eqq.unswizzle_scales(swizzled.astype(jnp.float32), t.rowwise)
+    with pytest.raises(TypeError, match=r"got ndarray"):
+        eqq.unswizzle_scales(np.asarray(swizzled), t.rowwise)
 
 
 def test_block_ops_off_cpu_and_cuda_need_reference():

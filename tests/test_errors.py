@@ -96,10 +96,65 @@ def test_delayed_bad_shapes_and_values():
     assert q.amax_history.shape == (5,)
 
 
-def test_update_wrong_amax_shape():
+@pytest.mark.parametrize("amax", [jnp.ones((2,)), jnp.float32(1.0), 1.0])
+def test_update_wrong_amax(amax):
     q = eqq.DelayedScaleQuantizer(amax_history_len=3)
-    with pytest.raises(TypeError, match=r"parameter 'amax'"):
-        q.update(jnp.ones((2,), jnp.float32))
+    with pytest.raises(ValueError, match=r"update: amax must be a float32 jax.Array of shape "
+                       r"\(1,\), got .*t.amax"):
+        q.update(amax)
+
+
+def test_grouped_quantizer_to_a_dense_op():
+    gq = eqq.GroupedDelayedScaleQuantizer(2, amax_history_len=2)
+    for fn in (eqq.quantize, eqq.quantize_dbias):
+        with pytest.raises(TypeError, match=r"holds one scale per group .*grouped_quantize.*group\(g\)"):
+            fn(X, gq)
+
+
+def _stack_of_delayed(scales):
+    return jax.vmap(lambda s: eqq.DelayedScaleQuantizer(amax_history_len=4, scale=s))(scales)
+
+
+def test_stacked_delayed_quantizer():
+    """A stack of states (one per layer, from vmap) is refused outside vmap, with the fix; the
+    fix gives each layer's own result."""
+    scales = jnp.asarray([[1.0], [0.25], [64.0]], jnp.float32)
+    stacked = _stack_of_delayed(scales)
+    x = jnp.linspace(-3.0, 3.0, 32, dtype=jnp.float32).reshape(4, 8)
+    for impl in ("ffi", "reference"):
+        with pytest.raises(ValueError, match=r"holds a stack of states \(scale of shape \(3, 1\), "
+                           r"amax_history of shape \(3, 4\)\).*jax.lax.scan"):
+            eqq.quantize(x, stacked, impl=impl)
+    with pytest.raises(ValueError, match=r"update: the quantizer holds a stack of states"):
+        stacked.update(jnp.ones((1,)))
+    data = jax.vmap(lambda q: eqq.quantize(x, q).rowwise.data)(stacked)
+    updated = jax.vmap(lambda q: q.update(eqq.quantize(x, q).amax))(stacked)
+    for layer in range(3):
+        one = eqq.DelayedScaleQuantizer(amax_history_len=4, scale=scales[layer])
+        t = eqq.quantize(x, one)
+        np.testing.assert_array_equal(np.asarray(data[layer]).view(np.uint8),
+                                      np.asarray(t.rowwise.data).view(np.uint8))
+        np.testing.assert_array_equal(updated.scale[layer], one.update(t.amax).scale)
+
+
+def test_delayed_int_margin_and_history_len():
+    q_int = eqq.DelayedScaleQuantizer(amax_history_len=2, margin=1)
+    q_float = eqq.DelayedScaleQuantizer(amax_history_len=2, margin=1.0)
+    amax = jnp.asarray([3.0], jnp.float32)
+    np.testing.assert_array_equal(q_int.update(amax).scale, q_float.update(amax).scale)
+    assert q_int.update(amax).scale[0] == np.float32(448.0 / 3.0 / 2.0)
+    assert q_int.amax_history_len == 2
+    with pytest.raises(ValueError, match=r"amax_history_len must be an int >= 1, got True"):
+        eqq.DelayedScaleQuantizer(amax_history_len=True)
+    with pytest.raises(ValueError, match=r"margin must be a finite float, got True"):
+        eqq.DelayedScaleQuantizer(margin=True)
+
+
+def test_amax_axes_outside_shard_map():
+    for q in (Q, eqq.BlockScaleQuantizer()):
+        with pytest.raises(ValueError, match=r"amax_axes names the axis 'tp', which is not bound "
+                           r"here.*shard_map.*drop amax_axes"):
+            eqq.quantize(X if q is Q else jnp.ones((32, 32)), q, amax_axes=("tp",))
 
 
 def test_ffi_on_platform_without_kernels():

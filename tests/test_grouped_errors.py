@@ -50,7 +50,7 @@ def test_group_sizes_not_a_jax_array(sizes):
 def test_x_rank_1():
     with pytest.raises(ValueError, match=r"grouped_quantize: x must have rank >= 2.*shape \(64,\)"):
         eqq.grouped_quantize(jnp.ones((64,), jnp.float32), SIZES, eqq.CurrentScaleQuantizer())
-    with pytest.raises(ValueError, match=r"grouped_dbias: grad must be a jax.Array of rank >= 2"):
+    with pytest.raises(ValueError, match=r"grouped_dbias: grad must have rank >= 2"):
         eqq.grouped_dbias(jnp.ones((64,), jnp.float32), SIZES)
 
 
@@ -138,13 +138,46 @@ def test_impl_name():
 
 def test_group_part_needs_concrete_sizes_and_valid_index():
     gt = eqq.grouped_quantize(X, SIZES, eqq.CurrentScaleQuantizer())
-    with pytest.raises(ValueError, match=r"g=3 is out of range for 3 groups"):
+    with pytest.raises(ValueError, match=r"group_part: g must be an int in \[0, 3\), got 3"):
         gt.rowwise.group_part(3)
-    with pytest.raises(ValueError, match=r"g=-1 is out of range"):
+    with pytest.raises(ValueError, match=r"group_part: g must be an int in \[0, 3\), got -1"):
         gt.rowwise.group_part(-1)
+    with pytest.raises(ValueError, match=r"scale_inv_for_group: g must be an int in \[0, 3\)"):
+        gt.scale_inv_for_group(True)
 
     def inside(t):
         return t.rowwise.group_part(0).data
 
     with pytest.raises(ValueError, match=r"needs concrete group sizes"):
         jax.jit(inside)(gt)
+
+
+def test_grad_not_an_array():
+    with pytest.raises(TypeError, match=r"grouped_dbias: grad must be a jax.Array, got ndarray"):
+        eqq.grouped_dbias(np.ones((64, 48), np.float32), SIZES)
+    with pytest.raises(ValueError, match=r"grouped_dbias: grad must have rank >= 2 .*shape \(64,\)"):
+        eqq.grouped_dbias(jnp.ones((64,), jnp.float32), SIZES)
+
+
+def test_grouped_delayed_group_index():
+    q = eqq.GroupedDelayedScaleQuantizer(3, amax_history_len=2)
+    for g in (3, -1, 1.0):
+        with pytest.raises(ValueError, match=r"group: g must be an int in \[0, 3\), got"):
+            q.group(g)
+    assert q.group(2).amax_history_len == 2 and q.amax_history_len == 2
+
+
+def test_stacked_grouped_delayed_quantizer():
+    """A stack of grouped states (one per layer) is refused outside vmap and works inside."""
+    scales = jnp.asarray([[1.0, 2.0, 4.0], [0.5, 8.0, 16.0]], jnp.float32)
+    stacked = jax.vmap(
+        lambda s: eqq.GroupedDelayedScaleQuantizer(3, amax_history_len=2, scale=s)
+    )(scales)
+    with pytest.raises(ValueError, match=r"holds a stack of states \(scale of shape \(2, 3\)\)"):
+        eqq.grouped_quantize(X, SIZES, stacked)
+    data = jax.vmap(lambda q: eqq.grouped_quantize(X, SIZES, q).rowwise.data)(stacked)
+    for layer in range(2):
+        one = eqq.GroupedDelayedScaleQuantizer(3, amax_history_len=2, scale=scales[layer])
+        expected = eqq.grouped_quantize(X, SIZES, one).rowwise.data
+        np.testing.assert_array_equal(np.asarray(data[layer]).view(np.uint8),
+                                      np.asarray(expected).view(np.uint8))

@@ -30,9 +30,17 @@ def _check_delayed_args(
             )
     if amax_history_len is None:
         amax_history_len = 1024 if amax_history is None else amax_history.shape[0]
-    if not isinstance(amax_history_len, int) or amax_history_len < 1:
+    if (
+        not isinstance(amax_history_len, int)
+        or isinstance(amax_history_len, bool)
+        or amax_history_len < 1
+    ):
         raise ValueError(f"{name}: amax_history_len must be an int >= 1, got {amax_history_len!r}.")
-    if not isinstance(margin, int | float) or not math.isfinite(margin):
+    if (
+        not isinstance(margin, int | float)
+        or isinstance(margin, bool)
+        or not math.isfinite(margin)
+    ):
         raise ValueError(f"{name}: margin must be a finite float, got {margin!r}.")
     if amax_compute_algo not in ("max", "most_recent"):
         raise ValueError(
@@ -44,6 +52,22 @@ def _check_delayed_args(
         raise ValueError(
             f"{name}: amax_history must have shape ({amax_history_len},), got "
             f"{amax_history.shape}. amax_history_len must equal len(amax_history)."
+        )
+
+
+def _check_update(self, amax) -> None:
+    name = "DelayedScaleQuantizer.update"
+    if self.scale.shape != (1,) or self.amax_history.ndim != 1:
+        raise ValueError(
+            f"{name}: the quantizer holds a stack of states (scale of shape {self.scale.shape}), "
+            "e.g. one per layer built with jax.vmap; call update inside jax.vmap or "
+            "jax.lax.scan over the stack."
+        )
+    if not isinstance(amax, jax.Array) or amax.shape != (1,):
+        got = getattr(amax, "shape", type(amax).__name__)
+        raise ValueError(
+            f"{name}: amax must be a float32 jax.Array of shape (1,), got {got}. Pass the "
+            "quantized tensor's .amax (t.amax)."
         )
 
 
@@ -84,7 +108,7 @@ class DelayedScaleQuantizer(AbstractTensorScaleQuantizer):
         q_dtype=jnp.float8_e4m3fn,
         q_layout: QuantizeLayout = QuantizeLayout.ROWWISE_COLWISE,
         amax_history_len: int | None = None,
-        margin: float = 0.0,
+        margin: float | int = 0.0,
         amax_compute_algo: Literal["max", "most_recent"] = "max",
         scale: Float[Array, "1"] | None = None,
         amax_history: Float[Array, " history"] | None = None,
@@ -103,6 +127,11 @@ class DelayedScaleQuantizer(AbstractTensorScaleQuantizer):
         check_layout("DelayedScaleQuantizer", self.q_layout)
 
     @property
+    def amax_history_len(self) -> int:
+        """The length L of the amax history."""
+        return self.amax_history.shape[-1]
+
+    @property
     def needs_amax_first(self) -> bool:
         return False
 
@@ -110,6 +139,7 @@ class DelayedScaleQuantizer(AbstractTensorScaleQuantizer):
         del x_amax
         return self.scale
 
+    @validated_by(_check_update)
     @jaxtyped(typechecker=beartype)
     def update(self, amax: Float[Array, "1"]) -> "DelayedScaleQuantizer":
         """Fold a new amax into the history and recompute the scale; returns a new quantizer.

@@ -78,7 +78,7 @@ class GroupedDelayedScaleQuantizer(AbstractTensorScaleQuantizer):
         q_dtype=jnp.float8_e4m3fn,
         q_layout: QuantizeLayout = QuantizeLayout.ROWWISE_COLWISE,
         amax_history_len: int | None = None,
-        margin: float = 0.0,
+        margin: float | int = 0.0,
         amax_compute_algo: Literal["max", "most_recent"] = "max",
         scale: Float[Array, " G"] | None = None,
         amax_history: Float[Array, "G history"] | None = None,
@@ -101,6 +101,11 @@ class GroupedDelayedScaleQuantizer(AbstractTensorScaleQuantizer):
         return self.scale.shape[-1]
 
     @property
+    def amax_history_len(self) -> int:
+        """The length L of each group's amax history."""
+        return self.amax_history.shape[-1]
+
+    @property
     def needs_amax_first(self) -> bool:
         return False
 
@@ -110,6 +115,11 @@ class GroupedDelayedScaleQuantizer(AbstractTensorScaleQuantizer):
 
     def group(self, g: int) -> DelayedScaleQuantizer:
         """Group `g`'s state as a plain `DelayedScaleQuantizer`."""
+        groups = self.num_groups
+        if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g < groups:
+            raise ValueError(
+                f"GroupedDelayedScaleQuantizer.group: g must be an int in [0, {groups}), got {g!r}."
+            )
         return DelayedScaleQuantizer(
             self.q_dtype,
             self.q_layout,

@@ -360,7 +360,8 @@ def unswizzle_scales(
     expected = (rp, cp) if rowwise else (cp, rp)
     if sw.shape != expected:
         raise ValueError(
-            f"swizzled scales of shape {sw.shape} do not fit {shape}: expected {expected}"
+            f"unswizzle_scales: swizzled has shape {sw.shape}, but scales of shape {shape} pad "
+            f"to {expected}. Pass the output of gemm_scale_inv() of the same part."
         )
     u = byte_view(sw).reshape(rp // 128, cp // 4, 32, 4, 4).transpose(0, 3, 2, 1, 4)
     u = u.reshape(rp, cp)[:r, :c]
