@@ -137,6 +137,24 @@ def test_stacked_delayed_quantizer():
         np.testing.assert_array_equal(updated.scale[layer], one.update(t.amax).scale)
 
 
+def test_stack_of_states_through_scan():
+    """docs/api.md's per-layer pattern: scan over the stack, each layer with its own state."""
+    scales = jnp.asarray([[1.0], [0.25], [64.0]], jnp.float32)
+
+    def layer(h, q):
+        t = eqq.quantize(h, q)
+        return t.dequantize(), q.update(t.amax)
+
+    x = jnp.linspace(-3.0, 3.0, 32, dtype=jnp.float32).reshape(4, 8)
+    h, stack = jax.jit(lambda x, qs: jax.lax.scan(layer, x, qs))(x, _stack_of_delayed(scales))
+    h_loop = x
+    for i in range(3):
+        h_loop, q = layer(h_loop, eqq.DelayedScaleQuantizer(amax_history_len=4, scale=scales[i]))
+        np.testing.assert_array_equal(stack.scale[i], q.scale)
+        np.testing.assert_array_equal(stack.amax_history[i], q.amax_history)
+    np.testing.assert_array_equal(h, h_loop)
+
+
 def test_delayed_int_margin_and_history_len():
     q_int = eqq.DelayedScaleQuantizer(amax_history_len=2, margin=1)
     q_float = eqq.DelayedScaleQuantizer(amax_history_len=2, margin=1.0)
