@@ -66,7 +66,7 @@ def _check_update(self, amax) -> None:
     if not isinstance(amax, jax.Array) or amax.shape != (1,):
         got = getattr(amax, "shape", type(amax).__name__)
         raise ValueError(
-            f"{name}: amax must be a float32 jax.Array of shape (1,), got {got}. Pass the "
+            f"{name}: amax must be a jax.Array of shape (1,), got {got}. Pass the "
             "quantized tensor's .amax (t.amax)."
         )
 
