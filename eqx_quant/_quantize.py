@@ -25,6 +25,7 @@ from ._quantizer import (
     DelayedScaleQuantizer,
     GroupedDelayedScaleQuantizer,
 )
+from ._quantizer._delayed import holds_stack
 from ._tensor import ScaledTensor, ScaledTensor1x
 
 
@@ -92,9 +93,7 @@ def _check_quantizer_state(fn: str, quantizer) -> None:
             "grouped inputs: use eqx_quant.grouped_quantize, or quantizer.group(g) (a "
             "DelayedScaleQuantizer) for one dense tensor."
         )
-    if isinstance(quantizer, DelayedScaleQuantizer) and (
-        quantizer.scale.shape != (1,) or quantizer.amax_history.ndim != 1
-    ):
+    if isinstance(quantizer, DelayedScaleQuantizer) and holds_stack(quantizer):
         raise ValueError(
             f"{fn}: the DelayedScaleQuantizer holds a stack of states (scale of shape "
             f"{quantizer.scale.shape}, amax_history of shape {quantizer.amax_history.shape}), "

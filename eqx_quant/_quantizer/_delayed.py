@@ -55,9 +55,15 @@ def _check_delayed_args(
         )
 
 
+def holds_stack(quantizer) -> bool:
+    """Whether a DelayedScaleQuantizer carries a stack of states (leading axes, e.g. one per
+    layer built with jax.vmap) rather than one tensor's state."""
+    return quantizer.scale.shape != (1,) or quantizer.amax_history.ndim != 1
+
+
 def _check_update(self, amax) -> None:
     name = "DelayedScaleQuantizer.update"
-    if self.scale.shape != (1,) or self.amax_history.ndim != 1:
+    if holds_stack(self):
         raise ValueError(
             f"{name}: the quantizer holds a stack of states (scale of shape {self.scale.shape}), "
             "e.g. one per layer built with jax.vmap; call update inside jax.vmap or "
