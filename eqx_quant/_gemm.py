@@ -29,6 +29,7 @@ from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
 from ._checks import validated_by
+from ._enums import ScalingMode
 from ._tensor import _dequantize_stored, _Meta, ScaledTensor, ScaledTensor1x
 
 
@@ -143,20 +144,26 @@ def _check_operand(fn: str, side: str, operand) -> None:
         )
 
 
+def _family(mode: ScalingMode) -> str:
+    """What a GEMM consumes: NVFP4 1x16 and 16x16 scales are both 1x16 scales to it."""
+    if mode.is_tensor_scaling:
+        return "per-tensor FP8"
+    return "NVFP4" if mode.name.startswith("NVFP4") else mode.name
+
+
 def _check_modes(fn: str, lhs: ScaledTensor1x, rhs: ScaledTensor1x) -> bool:
     a, b = lhs.scaling_mode, rhs.scaling_mode
-    if a.is_tensor_scaling and b.is_tensor_scaling:
-        return True
-    if a is not b:
+    if _family(a) != _family(b):
         raise ValueError(
             f"{fn}: lhs is {a.name} and rhs is {b.name}; a GEMM takes two per-tensor FP8 "
-            "operands (delayed or current) or two operands of the same block format. "
-            "Quantize both operands with the same recipe."
+            "operands (delayed or current), two MXFP8 operands, or two NVFP4 operands (1D or "
+            "2D). Quantize both operands in one family."
         )
-    return False
+    return a.is_tensor_scaling
 
 
-def _spec(lhs, rhs, contracting_dims, out_dtype) -> tuple[_GemmSpec, ScaledTensor1x, ScaledTensor1x]:
+def _spec(lhs, rhs, contracting_dims, out_dtype):
+    """The static spec of one call and the two parts it reads (every check is here)."""
     fn = "gemm"
     _check_operand(fn, "lhs", lhs)
     _check_operand(fn, "rhs", rhs)
@@ -265,7 +272,8 @@ def gemm(
     **Arguments:**
 
     - `lhs`, `rhs`: results of `eqx_quant.quantize` (a `ScaledTensor`, or one of its parts).
-      Both per-tensor FP8 (delayed or current, E4M3 or E5M2), or both the same block format.
+      Both per-tensor FP8 (delayed or current, E4M3 or E5M2), both MXFP8, or both NVFP4
+      (1D or 2D scales, e.g. 2D for weights as in TE's recipe).
     - `contracting_dims`: `(lhs_dims, rhs_dims)` in the operands' original shapes, paired in
       order as in `jax.lax.dot_general`; default `((-1,), (0,))`, i.e. `lhs @ rhs`. For the
       block formats they must be one side of the operand's 2-D view: its trailing dims

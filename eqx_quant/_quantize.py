@@ -59,17 +59,22 @@ def _check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl, key=None
         )
     if impl not in ("auto", "ffi", "reference"):
         raise ValueError(f"{fn}: impl must be 'auto', 'ffi' or 'reference', got {impl!r}.")
+    check_amax_axes(fn, amax_axes)
+    fa = flatten_axis % x.ndim
+    if isinstance(quantizer, AbstractBlockQuantizer):
+        _check_block_shape(fn, x, quantizer, fa)
+    _check_key(fn, quantizer, key)
+    return fa
+
+
+def check_amax_axes(fn: str, amax_axes) -> None:
+    """A tuple of names of mesh axes that the enclosing shard_map binds."""
     if isinstance(amax_axes, str) or not all(isinstance(a, str) for a in amax_axes):
         raise TypeError(
             f"{fn}: amax_axes must be a tuple of mesh axis names, got {amax_axes!r}. Write "
             "amax_axes=('tp',) rather than amax_axes='tp'."
         )
     _check_axes_bound(fn, amax_axes)
-    fa = flatten_axis % x.ndim
-    if isinstance(quantizer, AbstractBlockQuantizer):
-        _check_block_shape(fn, x, quantizer, fa)
-    _check_key(fn, quantizer, key)
-    return fa
 
 
 def _check_axes_bound(fn: str, amax_axes) -> None:

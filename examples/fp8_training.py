@@ -1,17 +1,18 @@
 """Train a small Equinox MLP with FP8 delayed scaling (runs on CPU).
 
-Each linear layer quantizes its input and its weight to FP8 E4M3 with a
-`DelayedScaleQuantizer` of its own. The quantizers are fields of the model, like the weights,
-but they are state, not parameters:
-- the gradient step must leave them alone: `trainable` below marks only the float arrays
-  outside quantizers as trainable, and `eqx.partition` splits the model accordingly;
-- they change only through `update`, with the amaxes each step observed (returned as the
-  loss's auxiliary output), which gives the scales of the next step.
+Each linear layer is `eqx_quant.dense`: its three GEMMs (forward, input gradient, weight
+gradient) read FP8 operands, with TE's HYBRID recipe: E4M3 for the input and the weights,
+E5M2 for the output gradient, each with a `DelayedScaleQuantizer` of its own. The quantizers
+are fields of the model, like the weights, but they are state, not parameters:
+- the optimizer must leave them alone: `is_quantizer` below splits the model into the float
+  parameters and the quantizers (`eqx.partition`);
+- their next state is their gradient: `jax.grad` with respect to a `DenseQuantizers` returns
+  it advanced with the amaxes the step observed (the output gradient's amax exists only in
+  the backward pass, so it cannot come back any other way).
 
-The GEMM is emulated (dequantize, then a float32 matmul) so that the script runs anywhere; a
-GPU GEMM would read `t.rowwise.data` and `t.rowwise.scale_inv` directly. Gradients pass
-straight through the quantizers. The script trains the same network from the same start in
-float32 and with FP8, and prints both losses and the first layer's scales:
+The GEMMs are computed exactly from the FP8 values (float32 sums), so the script runs
+anywhere. It trains the same network from the same start in float32 and with FP8, and prints
+both losses and the first layer's three scales:
 
     python examples/fp8_training.py
 """
@@ -28,30 +29,21 @@ STEPS, LEARNING_RATE, REPORT_EVERY = 300, 0.1, 50
 
 
 class FP8Linear(eqx.Module):
-    weight: jax.Array
+    weight: jax.Array  # (in, out): dense contracts x's last dim with the kernel's first
     bias: jax.Array
-    x_quantizer: eqq.DelayedScaleQuantizer
-    w_quantizer: eqq.DelayedScaleQuantizer
+    quantizers: eqq.DenseQuantizers
 
     def __init__(self, weight, bias):
         self.weight, self.bias = weight, bias
-        # Rowwise only: the emulated GEMM reads one copy; a GPU recipe would also keep the
-        # colwise copy for the backward GEMMs (QuantizeLayout.ROWWISE_COLWISE, the default).
-        rowwise = eqq.QuantizeLayout.ROWWISE
-        self.x_quantizer = eqq.DelayedScaleQuantizer(q_layout=rowwise, amax_history_len=16)
-        self.w_quantizer = eqq.DelayedScaleQuantizer(q_layout=rowwise, amax_history_len=16)
+
+        def delayed(q_dtype):
+            return eqq.DelayedScaleQuantizer(q_dtype=q_dtype, amax_history_len=16)
+
+        e4m3, e5m2 = jnp.float8_e4m3fn, jnp.float8_e5m2
+        self.quantizers = eqq.DenseQuantizers(delayed(e4m3), delayed(e4m3), delayed(e5m2))
 
     def __call__(self, x):
-        """The layer's output and the amaxes of x and of the weight seen by this call."""
-        xt = eqq.quantize(x, self.x_quantizer)
-        wt = eqq.quantize(self.weight, self.w_quantizer)
-        return xt.dequantize() @ wt.dequantize().T + self.bias, (xt.amax, wt.amax)
-
-    def updated(self, amaxes):
-        """The layer with its quantizers advanced by one step of observed amaxes."""
-        x_amax, w_amax = amaxes
-        new = (self.x_quantizer.update(x_amax), self.w_quantizer.update(w_amax))
-        return eqx.tree_at(lambda layer: (layer.x_quantizer, layer.w_quantizer), self, new)
+        return eqq.dense(x, self.weight, self.bias, quantizers=self.quantizers)
 
 
 class FP8MLP(eqx.Module):
@@ -59,25 +51,11 @@ class FP8MLP(eqx.Module):
     out: FP8Linear
 
     def __call__(self, x):
-        h, hidden_amaxes = self.hidden(x)
-        y, out_amaxes = self.out(jax.nn.tanh(h))
-        return y, (hidden_amaxes, out_amaxes)
-
-    def updated(self, amaxes):
-        return FP8MLP(self.hidden.updated(amaxes[0]), self.out.updated(amaxes[1]))
+        return self.out(jax.nn.tanh(self.hidden(x)))
 
 
-def trainable(model):
-    """Filter spec: True for the float arrays an optimizer may change, False for quantizers."""
-
-    def is_quantizer(node):
-        return isinstance(node, eqq.AbstractQuantizer)
-
-    return jax.tree.map(
-        lambda node: False if is_quantizer(node) else eqx.is_inexact_array(node),
-        model,
-        is_leaf=is_quantizer,
-    )
+def is_quantizer(node):
+    return isinstance(node, eqq.DenseQuantizers)
 
 
 def mse(prediction, target):
@@ -86,15 +64,15 @@ def mse(prediction, target):
 
 @eqx.filter_jit
 def fp8_step(model, x, target):
-    params, state = eqx.partition(model, trainable(model))
+    quantizer_spec = jax.tree.map(is_quantizer, model, is_leaf=is_quantizer)
+    quantizers, params = eqx.partition(model, quantizer_spec, is_leaf=is_quantizer)
 
-    def loss(params):
-        prediction, amaxes = eqx.combine(params, state)(x)
-        return mse(prediction, target), amaxes
+    def loss(params, quantizers):
+        return mse(eqx.combine(params, quantizers)(x), target)
 
-    (value, amaxes), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    value, (grads, next_quantizers) = jax.value_and_grad(loss, argnums=(0, 1))(params, quantizers)
     params = jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads)
-    return eqx.combine(params, state).updated(amaxes), value
+    return eqx.combine(params, next_quantizers), value
 
 
 def float_forward(params, x):
@@ -120,18 +98,20 @@ def main() -> None:
     teacher = init_params(k_teacher)
     params = init_params(k_student)
     (w1, b1), (w2, b2) = params
-    model = FP8MLP(FP8Linear(w1, b1), FP8Linear(w2, b2))
-    print(f"{'step':>5} {'float32_loss':>13} {'fp8_loss':>10} {'x_scale':>9} {'w_scale':>9}")
+    model = FP8MLP(FP8Linear(w1.T, b1), FP8Linear(w2.T, b2))
+    print(f"{'step':>5} {'float32_loss':>13} {'fp8_loss':>10} {'x_scale':>9} {'w_scale':>9} "
+          f"{'grad_scale':>11}")
     for step in range(STEPS + 1):
         x = jax.random.normal(jax.random.fold_in(k_data, step), (BATCH, D_IN))
         target = float_forward(teacher, x)
-        x_scale = float(model.hidden.x_quantizer.scale[0])
-        w_scale = float(model.hidden.w_quantizer.scale[0])
+        scales = model.hidden.quantizers
+        x_scale, w_scale = float(scales.x.scale[0]), float(scales.kernel.scale[0])
+        g_scale = float(scales.grad.scale[0])
         params, float_loss = float_step(params, x, target)
         model, fp8_loss = fp8_step(model, x, target)
         if step % REPORT_EVERY == 0:
             print(f"{step:5d} {float(float_loss):13.6f} {float(fp8_loss):10.6f} "
-                  f"{x_scale:9.3f} {w_scale:9.3f}")
+                  f"{x_scale:9.3f} {w_scale:9.3f} {g_scale:11.4g}")
 
 
 if __name__ == "__main__":
