@@ -29,11 +29,11 @@ from ._checks import validated_by
 from ._custom_types import HighPrecision
 from ._gemm import gemm
 from ._quantize import (
+    Impl,
     _check_block_shape,
     _check_quantizer_state,
     _key_words,
     check_amax_axes,
-    Impl,
     quantize,
     quantize_dbias,
 )

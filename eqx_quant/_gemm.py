@@ -30,8 +30,7 @@ from jaxtyping import Array, Shaped, jaxtyped
 
 from ._checks import validated_by
 from ._enums import ScalingMode
-from ._tensor import _dequantize_stored, _Meta, ScaledTensor, ScaledTensor1x
-
+from ._tensor import ScaledTensor, ScaledTensor1x, _dequantize_stored, _Meta
 
 _OUT_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -162,6 +161,16 @@ def _check_modes(fn: str, lhs: ScaledTensor1x, rhs: ScaledTensor1x) -> bool:
     return a.is_tensor_scaling
 
 
+def _out_dtype(fn: str, lhs_dtype: str, out_dtype) -> str:
+    name = lhs_dtype if out_dtype is None else jnp.dtype(out_dtype).name
+    if name not in _OUT_DTYPES:
+        raise ValueError(
+            f"{fn}: out_dtype must be one of {_OUT_DTYPES} (None: lhs's original dtype), got "
+            f"{name}."
+        )
+    return name
+
+
 def _spec(lhs, rhs, contracting_dims, out_dtype):
     """The static spec of one call and the two parts it reads (every check is here)."""
     fn = "gemm"
@@ -195,14 +204,7 @@ def _spec(lhs, rhs, contracting_dims, out_dtype):
     tensor_scaling = _check_modes(fn, l_first, r_first)
     lp = _pick_part(fn, "lhs", lhs, ld)
     rp = _pick_part(fn, "rhs", rhs, rd)
-    if out_dtype is None:
-        out_dtype = lp.dq_dtype
-    out_dtype = jnp.dtype(out_dtype).name
-    if out_dtype not in _OUT_DTYPES:
-        raise ValueError(
-            f"{fn}: out_dtype must be one of {_OUT_DTYPES} (None: lhs's original dtype), got "
-            f"{out_dtype}."
-        )
+    out_dtype = _out_dtype(fn, lp.dq_dtype, out_dtype)
     spec = _GemmSpec(_operand(lp, ld), _operand(rp, rd), tensor_scaling, out_dtype)
     return spec, lp, rp
 

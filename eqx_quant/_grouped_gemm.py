@@ -1,0 +1,204 @@
+"""`grouped_gemm`: the MoE expert GEMM, ragged token groups times one weight per group.
+
+`lhs` is a grouped token matrix `(M, K)` (rows of group g are multiplied by expert g's
+weights), `rhs` a stack of G quantized weights, one `quantize` per expert (e.g. built with
+`jax.vmap`). Row m of group g of the result is `lhs[m] @ rhs[g]`; rows past the last group
+are 0. The arithmetic is `gemm`'s: per-tensor FP8 as an FP8 `jax.lax.ragged_dot` times each
+row's `scale_inv_lhs[g] * scale_inv_rhs[g]`; block formats dequantized to float32 and
+multiplied at HIGHEST precision. The gradient is straight-through, as for `gemm`.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from beartype import beartype
+from jaxtyping import Array, Shaped, jaxtyped
+
+from ._checks import validated_by
+from ._gemm import _check_modes, _out_dtype, _pick_part, _stored_position
+from ._grouped_tensor import GroupedScaledTensor, GroupedScaledTensor1x, _dequantize_one, _Layout
+from ._ragged import outer_per_group, rows_times_groups
+from ._tensor import ScaledTensor, ScaledTensor1x, _dequantize_stored, _Meta
+from .reference import _grouped
+
+
+class _Spec(NamedTuple):
+    lhs: _Layout  # float32 dequantize target
+    rhs: _Meta  # one expert's part, float32 dequantize target
+    rhs_transposed: bool  # the expert's stored data is (N, K)
+    tensor_scaling: bool
+    out_dtype: str
+
+
+def _lhs_part(fn: str, lhs) -> GroupedScaledTensor1x:
+    if not isinstance(lhs, (GroupedScaledTensor, GroupedScaledTensor1x)):
+        raise TypeError(
+            f"{fn}: lhs must be a GroupedScaledTensor (the result of eqx_quant.grouped_quantize "
+            f"of the (tokens, K) matrix), got {type(lhs).__name__}."
+        )
+    part = lhs.rowwise if isinstance(lhs, GroupedScaledTensor) else lhs
+    if part is None or part.is_colwise:
+        raise ValueError(
+            f"{fn}: lhs has no rowwise copy; the expert GEMM contracts the tokens' K dim, which "
+            "the rowwise copy holds. Quantize with QuantizeLayout.ROWWISE or ROWWISE_COLWISE."
+        )
+    if part.group_sizes.ndim != 1:
+        raise ValueError(
+            f"{fn}: lhs holds a batch of grouped problems (group_sizes of shape "
+            f"{part.group_sizes.shape}); call grouped_gemm inside jax.vmap."
+        )
+    if len(part.original_shape) != 2:
+        raise ValueError(
+            f"{fn}: lhs must be a (tokens, K) matrix, got shape {part.original_shape}. Reshape "
+            "x to (tokens, K) before grouped_quantize."
+        )
+    return part
+
+
+def _rhs_first(fn: str, rhs, groups: int) -> ScaledTensor1x:
+    if not isinstance(rhs, (ScaledTensor, ScaledTensor1x)):
+        raise TypeError(
+            f"{fn}: rhs must be a ScaledTensor holding one quantized weight per group, e.g. "
+            "jax.vmap(lambda w: eqx_quant.quantize(w, q))(weights) for weights of shape "
+            f"(G, K, N); got {type(rhs).__name__}."
+        )
+    first = rhs if isinstance(rhs, ScaledTensor1x) else rhs._first
+    lead = first.data.ndim - first.ndim
+    if first.ndim != 2 or lead != 1 or first.data.shape[0] != groups:
+        got = (first.data.shape[:lead], first.original_shape)
+        raise ValueError(
+            f"{fn}: rhs must stack {groups} quantized 2-D weights (one per group, a leading "
+            f"dim of {groups} from jax.vmap over the experts); got leading dims {got[0]} and "
+            f"per-expert shape {got[1]}."
+        )
+    return first
+
+
+def _spec(lhs, rhs, rhs_contracting, out_dtype):
+    """The static spec of one call and the two parts it reads (every check is here)."""
+    fn = "grouped_gemm"
+    lp = _lhs_part(fn, lhs)
+    groups = lp.group_sizes.shape[0]
+    r_first = _rhs_first(fn, rhs, groups)
+    if rhs_contracting not in (0, 1) or isinstance(rhs_contracting, bool):
+        raise ValueError(
+            f"{fn}: rhs_contracting is the dim of each expert's weight to contract: 0 for "
+            f"(K, N) weights, 1 for (N, K); got {rhs_contracting!r}."
+        )
+    k_lhs, k_rhs = lp.original_shape[1], r_first.original_shape[rhs_contracting]
+    if k_lhs != k_rhs:
+        raise ValueError(
+            f"{fn}: lhs has K = {k_lhs} but each expert's weight {r_first.original_shape} has "
+            f"{k_rhs} along rhs_contracting={rhs_contracting}."
+        )
+    tensor_scaling = _check_modes(fn, lp, r_first)
+    rp = _pick_part(fn, "rhs", rhs, (rhs_contracting,))
+    meta = _Meta(
+        rp.scaling_mode, "float32", rp.data_layout, rp.flatten_axis, rp.ndim,
+        rp.rht_sign_mask, rp.is_colwise,
+    )
+    transposed = _stored_position(rp, rhs_contracting) == 1
+    out = _out_dtype(fn, lp.dq_dtype, out_dtype)
+    spec = _Spec(lp._layout._replace(dq_dtype="float32"), meta, transposed, tensor_scaling, out)
+    return spec, lp, rp
+
+
+def _counts(group_sizes, rows: int):
+    return _grouped.group_bounds(group_sizes, 1, rows)
+
+
+def _in_kn(b, spec: _Spec):
+    """The experts' weights as (G, K, N) from their stored layout (and back: it is a swap)."""
+    return jnp.swapaxes(b, 1, 2) if spec.rhs_transposed else b
+
+
+def _ragged(a, b, group_sizes, spec: _Spec, precision):
+    """float32 ragged product of (M, K) rows with the stored weights."""
+    _, counts = _counts(group_sizes, a.shape[0])
+    return rows_times_groups(precision)(a, _in_kn(b, spec), counts)
+
+
+def _floats(lhs_arrays, rhs_arrays, spec: _Spec):
+    data, scale_inv, amax, group_sizes = lhs_arrays
+    a = _dequantize_one(data, scale_inv, amax, group_sizes, spec.lhs)
+    b = _dequantize_stored(*rhs_arrays, spec.rhs)
+    return a, b
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
+    group_sizes = lhs_arrays[3]
+    if spec.tensor_scaling:
+        (ld, ls, _, _), (rd, rs, _) = lhs_arrays, rhs_arrays
+        y = _ragged(ld, rd, group_sizes, spec, None)
+        starts, counts = _counts(group_sizes, ld.shape[0])
+        g = jnp.minimum(_grouped.row_groups(starts, counts, ld.shape[0]), ls.shape[0] - 1)
+        y = y * (ls[g] * rs[g, 0])[:, None]
+    else:
+        a, b = _floats(lhs_arrays, rhs_arrays, spec)
+        y = _ragged(a, b, group_sizes, spec, jax.lax.Precision.HIGHEST)
+    return y.astype(spec.out_dtype)
+
+
+def _grouped_gemm_fwd(lhs_arrays, rhs_arrays, spec):
+    return _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec), (lhs_arrays, rhs_arrays)
+
+
+def _grouped_gemm_bwd(spec, residuals, ct):
+    lhs_arrays, rhs_arrays = residuals
+    group_sizes = lhs_arrays[3]
+    a, b = _floats(lhs_arrays, rhs_arrays, spec)
+    _, counts = _counts(group_sizes, a.shape[0])
+    ct = ct.astype(jnp.float32)
+    highest = jax.lax.Precision.HIGHEST
+    # d/da: each row's cotangent times its expert's weight transposed; d/db: per expert, its
+    # rows of a transposed times their cotangents (0 for an empty group).
+    ct_a = rows_times_groups(highest)(ct, jnp.swapaxes(_in_kn(b, spec), 1, 2), counts)
+    ct_b = _in_kn(outer_per_group(highest)(a, ct, counts), spec)
+    _, ls, la, _ = lhs_arrays
+    _, rs, ra = rhs_arrays
+    ct_lhs = (ct_a, jnp.zeros_like(ls), jnp.zeros_like(la),
+              np.zeros(group_sizes.shape, jax.dtypes.float0))
+    return ct_lhs, (ct_b, jnp.zeros_like(rs), jnp.zeros_like(ra))
+
+
+_grouped_gemm_vjp.defvjp(_grouped_gemm_fwd, _grouped_gemm_bwd)
+
+
+def _check_grouped_gemm(lhs, rhs, rhs_contracting, out_dtype) -> None:
+    _spec(lhs, rhs, rhs_contracting, out_dtype)
+
+
+@validated_by(_check_grouped_gemm)
+@jaxtyped(typechecker=beartype)
+def grouped_gemm(
+    lhs: GroupedScaledTensor | GroupedScaledTensor1x,
+    rhs: ScaledTensor | ScaledTensor1x,
+    rhs_contracting: int = 0,
+    *,
+    out_dtype: jax.typing.DTypeLike | None = None,
+) -> Shaped[Array, "M N"]:
+    """The MoE expert GEMM: each token row times its group's quantized weight.
+
+    **Arguments:**
+
+    - `lhs`: `grouped_quantize` of the `(M, K)` token matrix (its rowwise copy is read).
+    - `rhs`: G quantized weights stacked along a leading dim, e.g.
+      `jax.vmap(lambda w: eqx_quant.quantize(w, q))(weights)` for weights `(G, K, N)`.
+      The same family as lhs (per-tensor FP8, MXFP8 or NVFP4). For the block formats the
+      copy with blocks along K is read (colwise for `(K, N)` weights), so it must be there.
+    - `rhs_contracting`: the dim of each weight that is contracted with K: 0 for `(K, N)`
+      weights (the forward pass), 1 for `(N, K)` (e.g. the input gradient through `(K, N)`
+      weights: `dy` grouped, times each weight's rowwise copy).
+    - `out_dtype`: float32, bfloat16 or float16; default lhs's original dtype.
+
+    **Returns:** `(M, N)`; rows past the last group are 0.
+
+    Works under `jit`, `vmap`, `grad` (straight-through) and `shard_map`.
+    """
+    spec, lp, rp = _spec(lhs, rhs, rhs_contracting, out_dtype)
+    lhs_arrays = (lp.data, lp.scale_inv, lp.amax, lp.group_sizes)
+    return _grouped_gemm_vjp(lhs_arrays, (rp.data, rp.scale_inv, rp.amax), spec)
