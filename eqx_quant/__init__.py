@@ -5,7 +5,9 @@ from ._enums import QuantizeLayout as QuantizeLayout, ScalingMode as ScalingMode
 from ._ops._ffi import library_paths as library_paths, native_platforms as native_platforms
 from ._dense import DenseQuantizers as DenseQuantizers, dense as dense
 from ._gemm import gemm as gemm
+from ._grouped_dense import grouped_dense as grouped_dense
 from ._grouped_gemm import grouped_gemm as grouped_gemm
+from ._grouped_wgrad import grouped_wgrad as grouped_wgrad
 from ._grouped import (
     grouped_dbias as grouped_dbias,
     grouped_quantize as grouped_quantize,

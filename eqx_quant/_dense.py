@@ -74,21 +74,21 @@ class _Static(NamedTuple):
     kernel_dtype: str
 
 
-def _roles_with_sr(quantizers: DenseQuantizers) -> tuple[str, ...]:
+def roles_with_sr(quantizers: DenseQuantizers) -> tuple[str, ...]:
     return tuple(r for r in _ROLES if getattr(getattr(quantizers, r), "stochastic_rounding", False))
 
 
-def _keys(key, quantizers: DenseQuantizers) -> dict:
+def key_for_roles(key, quantizers: DenseQuantizers) -> dict:
     """One key per quantizer that rounds stochastically (fold_in of its role), else None."""
     return {
-        r: jax.random.fold_in(key, i) if r in _roles_with_sr(quantizers) else None
+        r: jax.random.fold_in(key, i) if r in roles_with_sr(quantizers) else None
         for i, r in enumerate(_ROLES)
     }
 
 
 def _forward(static: _Static, x, kernel, bias, q_arrays, key):
     qs = eqx.combine(q_arrays, static.quantizers)
-    keys = _keys(key, qs)
+    keys = key_for_roles(key, qs)
     n, kw = static.n, dict(impl=static.impl, amax_axes=static.amax_axes)
     cx = quantize(x, qs.x, x.ndim - n, key=keys["x"], **kw)
     ck = quantize(kernel, qs.kernel, n, key=keys["kernel"], **kw)
@@ -172,9 +172,9 @@ def _contracted(x, kernel, contracting_dims) -> int:
     return n
 
 
-def _check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, impl) -> None:
-    fn = "dense"
-    for name, a in (("x", x), ("kernel", kernel), ("bias", bias)):
+def check_operand_dtypes(fn: str, named) -> None:
+    """Each (name, array) must be a float32/16 or bfloat16 jax.Array (a None bias is fine)."""
+    for name, a in named:
         if name == "bias" and a is None:
             continue
         if not isinstance(a, jax.Array) or a.dtype.name not in ("float32", "float16", "bfloat16"):
@@ -182,34 +182,30 @@ def _check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, 
             raise TypeError(
                 f"{fn}: {name} must be a float32, float16 or bfloat16 jax.Array, got {got}."
             )
+
+
+def check_quantizer_set(fn: str, quantizers) -> None:
+    """A DenseQuantizers of three quantizers; block formats with both copies."""
     if not isinstance(quantizers, DenseQuantizers):
         raise TypeError(
             f"{fn}: quantizers must be an eqx_quant.DenseQuantizers(x=..., kernel=..., grad=...),"
             f" got {type(quantizers).__name__}."
         )
-    n = _contracted(x, kernel, contracting_dims)
-    out_shape = kernel.shape[n:]
-    if bias is not None and bias.shape != out_shape:
-        raise ValueError(
-            f"{fn}: bias must have the kernel's output shape {out_shape}, got {bias.shape}."
-        )
-    batch = x.ndim - n
-    grad = jax.ShapeDtypeStruct(x.shape[:batch] + out_shape, x.dtype)
-    for role, operand, fa in (("x", x, batch), ("kernel", kernel, n), ("grad", grad, batch)):
-        q = getattr(quantizers, role)
-        where = f"{fn} (quantizers.{role})"
+    for role in _ROLES:
+        q, where = getattr(quantizers, role), f"{fn} (quantizers.{role})"
         if not isinstance(q, AbstractQuantizer):
             raise TypeError(f"{where}: must be an eqx_quant quantizer, got {type(q).__name__}.")
-        _check_quantizer_state(where, q)
-        if isinstance(q, AbstractBlockQuantizer):
-            if q.q_layout.name != "ROWWISE_COLWISE":
-                raise ValueError(
-                    f"{where}: {type(q).__name__} has q_layout={q.q_layout.name}, but dense "
-                    "reads both copies of every block-scaled operand (the blocks must run "
-                    "along each GEMM's contracted dims). Use QuantizeLayout.ROWWISE_COLWISE."
-                )
-            _check_block_shape(where, operand, q, fa)
-    sr = _roles_with_sr(quantizers)
+        if isinstance(q, AbstractBlockQuantizer) and q.q_layout.name != "ROWWISE_COLWISE":
+            raise ValueError(
+                f"{where}: {type(q).__name__} has q_layout={q.q_layout.name}, but the layer "
+                "reads both copies of every block-scaled operand (the blocks must run along "
+                "each GEMM's contracted dims). Use QuantizeLayout.ROWWISE_COLWISE."
+            )
+
+
+def check_layer_key(fn: str, quantizers: DenseQuantizers, key) -> None:
+    """`key` exactly when a quantizer of the layer rounds stochastically."""
+    sr = roles_with_sr(quantizers)
     if sr and key is None:
         raise ValueError(
             f"{fn}: quantizers.{sr[0]} rounds stochastically and needs random bits: pass "
@@ -221,6 +217,26 @@ def _check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, 
                 f"{fn}: key was given but no quantizer rounds stochastically. Drop key."
             )
         _key_words(fn, key)
+
+
+def _check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, impl) -> None:
+    fn = "dense"
+    check_operand_dtypes(fn, (("x", x), ("kernel", kernel), ("bias", bias)))
+    check_quantizer_set(fn, quantizers)
+    n = _contracted(x, kernel, contracting_dims)
+    out_shape = kernel.shape[n:]
+    if bias is not None and bias.shape != out_shape:
+        raise ValueError(
+            f"{fn}: bias must have the kernel's output shape {out_shape}, got {bias.shape}."
+        )
+    batch = x.ndim - n
+    grad = jax.ShapeDtypeStruct(x.shape[:batch] + out_shape, x.dtype)
+    for role, operand, fa in (("x", x, batch), ("kernel", kernel, n), ("grad", grad, batch)):
+        q, where = getattr(quantizers, role), f"{fn} (quantizers.{role})"
+        _check_quantizer_state(where, q)
+        if isinstance(q, AbstractBlockQuantizer):
+            _check_block_shape(where, operand, q, fa)
+    check_layer_key(fn, quantizers, key)
     if impl not in ("auto", "ffi", "reference"):
         raise ValueError(f"{fn}: impl must be 'auto', 'ffi' or 'reference', got {impl!r}.")
     check_amax_axes(fn, amax_axes)

@@ -150,11 +150,11 @@ def _family(mode: ScalingMode) -> str:
     return "NVFP4" if mode.name.startswith("NVFP4") else mode.name
 
 
-def _check_modes(fn: str, lhs: ScaledTensor1x, rhs: ScaledTensor1x) -> bool:
+def _check_modes(fn: str, lhs, rhs, names: tuple[str, str] = ("lhs", "rhs")) -> bool:
     a, b = lhs.scaling_mode, rhs.scaling_mode
     if _family(a) != _family(b):
         raise ValueError(
-            f"{fn}: lhs is {a.name} and rhs is {b.name}; a GEMM takes two per-tensor FP8 "
+            f"{fn}: {names[0]} is {a.name} and {names[1]} is {b.name}; a GEMM takes two per-tensor FP8 "
             "operands (delayed or current), two MXFP8 operands, or two NVFP4 operands (1D or "
             "2D). Quantize both operands in one family."
         )

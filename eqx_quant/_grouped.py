@@ -146,9 +146,19 @@ _SIZES_MESSAGE = (
 )
 
 
-def _raise_if_bad(bad) -> None:
+def _raise_if(bad, message: str) -> None:
     if np.any(bad):
-        raise ValueError(_SIZES_MESSAGE)
+        raise ValueError(message)
+
+
+def checked(value, bad, message: str):
+    """`value` with a run-time error attached that fires when `bad` is true."""
+    if jax.typeof(bad).manual_axis_type.varying:
+        # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
+        # (its error branch is not device-varying); a host callback raises the same error.
+        jax.debug.callback(functools.partial(_raise_if, message=message), bad)
+        return value
+    return eqx.error_if(value, bad, message)
 
 
 def _checked_sizes(group_sizes, total: int, check: bool):
@@ -161,12 +171,7 @@ def _checked_sizes(group_sizes, total: int, check: bool):
     capped = jnp.clip(group_sizes, 0, total + 1)
     summed = lax.associative_scan(lambda a, b: jnp.minimum(a + b, total + 1), capped)[-1]
     bad = (summed != total) | jnp.any(group_sizes < 0)
-    if jax.typeof(bad).manual_axis_type.varying:
-        # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
-        # (its error branch is not device-varying); a host callback raises the same error.
-        jax.debug.callback(_raise_if_bad, bad)
-        return group_sizes
-    return eqx.error_if(group_sizes, bad, _SIZES_MESSAGE)
+    return checked(group_sizes, bad, _SIZES_MESSAGE)
 
 
 def _group_keys(key_words, groups: int):
