@@ -9,7 +9,7 @@ import pytest
 from helpers import random_input
 from jax.sharding import AxisType, PartitionSpec as P
 from test_dense import RECIPES as DENSE_RECIPES
-from test_gemm import assert_product, assert_same_sums, oracle_values
+from test_gemm import assert_product, assert_same_sums, oracle_values, sum_error
 
 import eqx_quant as eqq
 
@@ -84,7 +84,7 @@ def test_grouped_dense_forward_and_backward(recipe):
             a = oracle_values(_copy(gx, False).group_part(g))
             fwd = a @ w_col + np.asarray(bias[g], np.float64)
             got = np.asarray(y[rows].astype(jnp.float32), np.float64)
-            bound = (np.abs(a) @ np.abs(w_col)) * 2.0**-18 + np.abs(fwd) * 2.0**-8
+            bound = (np.abs(a) @ np.abs(w_col)) * sum_error(K) + np.abs(fwd) * 2.0**-8
             assert np.all(np.abs(got - fwd) <= bound), (recipe, g)
             d = oracle_values(_copy(gg, False).group_part(g))
             assert_product(dx[rows], d, w_row, ((1,), (1,)), f"dx g={g}")
