@@ -66,12 +66,14 @@ _ROLES = ("x", "kernel", "grad")
 
 class _Static(NamedTuple):
     n: int  # contracted dims: x's trailing n, kernel's leading n
+    batch: int  # x's other dims, the leading dims of y and dy
     quantizers: DenseQuantizers  # the static part (arrays removed)
     has_bias: bool
     impl: str
     amax_axes: tuple[str, ...]
     x_dtype: str
     kernel_dtype: str
+    bias_dtype: str | None
 
 
 def roles_with_sr(quantizers: DenseQuantizers) -> tuple[str, ...]:
@@ -117,10 +119,11 @@ def _advance(quantizer, amax):
 def _dense_bwd(static: _Static, residuals, dy):
     cx, ck, q_arrays, grad_key = residuals
     qs = eqx.combine(q_arrays, static.quantizers)
-    batch = cx.rowwise.ndim - static.n if cx.rowwise is not None else cx.colwise.ndim - static.n
+    batch = static.batch
     kw = dict(key=grad_key, impl=static.impl, amax_axes=static.amax_axes)
     if static.has_bias:
         cg, dbias = quantize_dbias(dy, qs.grad, batch, **kw)
+        dbias = dbias.astype(static.bias_dtype)
     else:
         cg, dbias = quantize(dy, qs.grad, batch, **kw), None
     k_ndim = static.n + dy.ndim - batch
@@ -284,7 +287,9 @@ def dense(
     """
     n = _contracted(x, kernel, contracting_dims)
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
+    bias_dtype = None if bias is None else bias.dtype.name
     static = _Static(
-        n, q_static, bias is not None, impl, tuple(amax_axes), x.dtype.name, kernel.dtype.name
+        n, x.ndim - n, q_static, bias is not None, impl, tuple(amax_axes), x.dtype.name,
+        kernel.dtype.name, bias_dtype,
     )
     return _dense_vjp(static, x, kernel, bias, q_arrays, key)

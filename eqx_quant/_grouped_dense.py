@@ -53,6 +53,7 @@ class _Static(NamedTuple):
     impl: str
     x_dtype: str
     kernel_dtype: str
+    bias_dtype: str | None
 
 
 def _quantize_experts(kernel, quantizer, key, impl):
@@ -108,6 +109,7 @@ def _grouped_dense_bwd(static: _Static, residuals, dy):
     kw = dict(key=grad_key, check=False, impl=static.impl)
     if static.has_bias:
         gg, dbias = grouped_quantize_dbias(dy, group_sizes, qs.grad, **kw)
+        dbias = dbias.astype(static.bias_dtype)
     else:
         gg, dbias = grouped_quantize(dy, group_sizes, qs.grad, **kw), None
     dx = grouped_gemm(gg, wk, rhs_contracting=1, out_dtype=static.x_dtype)
@@ -204,6 +206,7 @@ def grouped_dense(
     `grouped_quantize_dbias`, and the quantizers' cotangent is their next state.
     """
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
+    bias_dtype = None if bias is None else bias.dtype.name
     static = _Static(q_static, bias is not None, bool(check), impl, x.dtype.name,
-                     kernel.dtype.name)
+                     kernel.dtype.name, bias_dtype)
     return _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, key)

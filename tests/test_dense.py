@@ -256,3 +256,19 @@ def test_dense_errors():
     _error(r"quantizers.grad\): the DelayedScaleQuantizer holds a stack",
            quantizers=eqq.DenseQuantizers(_delayed(), _delayed(), stack))
     _error("amax_axes names the axis 'tp', which is not bound", amax_axes=("tp",))
+
+
+def test_dense_gradients_take_each_inputs_dtype():
+    # x bfloat16, kernel and bias float32: dx bfloat16, dkernel and dbias float32; dbias of
+    # a gradient of ones is the token count, exactly.
+    qs = RECIPES["current"]()
+    x = jnp.asarray(random_input((4, 8, 32), jnp.bfloat16, seed=8))
+    kernel = jnp.asarray(random_input((32, 16), jnp.float32, seed=9))
+    bias = jnp.zeros((16,), jnp.float32)
+
+    def loss(x, kernel, bias):
+        return jnp.sum(eqq.dense(x, kernel, bias, quantizers=qs).astype(jnp.float32))
+
+    dx, dk, db = jax.grad(loss, argnums=(0, 1, 2))(x, kernel, bias)
+    assert (dx.dtype, dk.dtype, db.dtype) == (jnp.bfloat16, jnp.float32, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(db), np.full(16, 32.0, np.float32))
