@@ -6,8 +6,8 @@ A GEMM contracts one side of each operand's 2-D view (TE §9.1, §10): the trail
 contracted axis, so the copy is chosen by the contracting dims, never guessed.
 
 - Per-tensor FP8: `dot_general(data_l, data_r, preferred_element_type=float32)` times
-  `scale_inv_l * scale_inv_r`, as TE's JAX GEMM does without its kernel; XLA runs FP8 dots
-  on FP8 tensor cores where the GPU has them.
+  `scale_inv_l * scale_inv_r`, as TE's JAX GEMM does without its kernel; XLA's GEMM
+  rewriter sends FP8 dots to cuBLASLt's FP8 GEMM on Hopper (tests/test_cuda_gemm.py).
 - MXFP8 / NVFP4: each operand is dequantized to float32 (exact: payload times block scale
   times global scale, the RHT undone) and multiplied at HIGHEST precision. Hopper has no
   block-scaled MMA; this is the product a block-scaled GEMM computes, up to the order of the
