@@ -272,3 +272,38 @@ def test_dense_gradients_take_each_inputs_dtype():
     dx, dk, db = jax.grad(loss, argnums=(0, 1, 2))(x, kernel, bias)
     assert (dx.dtype, dk.dtype, db.dtype) == (jnp.bfloat16, jnp.float32, jnp.float32)
     np.testing.assert_array_equal(np.asarray(db), np.full(16, 32.0, np.float32))
+
+
+def test_dense_in_scan_over_layers_and_under_checkpoint():
+    # A stack of layers run by lax.scan, each with its own delayed quantizers (a vmap-built
+    # stack): the quantizers' cotangent is each layer's next state, as layer by layer.
+    layers, width = 3, 64
+    kernels = jnp.asarray(random_input((layers, width, width), jnp.float32, seed=10, scale=0.1))
+    one = lambda _: eqq.DenseQuantizers(_delayed(), _delayed(), _delayed(jnp.float8_e5m2))  # noqa: E731
+    stack = jax.vmap(one)(jnp.arange(layers))
+    x = jnp.asarray(random_input((16, width), jnp.float32, seed=11))
+
+    def layer(h, params):
+        kernel, qs = params
+        return jnp.tanh(eqq.dense(h, kernel, quantizers=qs)), None
+
+    def scanned(kernels, stack):
+        return jnp.sum(jax.lax.scan(jax.checkpoint(layer), x, (kernels, stack))[0])
+
+    def looped(kernels, stack):
+        h = x
+        for i in range(layers):
+            h, _ = layer(h, jax.tree.map(lambda a: a[i], (kernels, stack)))
+        return jnp.sum(h)
+
+    dk, next_stack = jax.jit(jax.grad(scanned, argnums=(0, 1)))(kernels, stack)
+    dk_loop, next_loop = jax.grad(looped, argnums=(0, 1))(kernels, stack)
+    assert_same_sums(dk, dk_loop, "dkernels")
+    # The amaxes of later layers' inputs and gradients come out of GEMMs, whose sums the two
+    # programs may order differently: equal states up to float32 rounding.
+    for got, want in zip(jax.tree.leaves(next_stack), jax.tree.leaves(next_loop), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)
+    # every layer's history now holds its observed amaxes (x of layer 0 is the input's)
+    amax_x0 = float(oracle.amax(np.asarray(x))[0])
+    assert float(next_stack.x.amax_history[0, -1]) == amax_x0
+    assert np.all(np.asarray(next_stack.grad.amax_history[:, -1]) > 0)
