@@ -37,7 +37,13 @@ from ._quantize import (
     quantize,
     quantize_dbias,
 )
-from ._quantizer import AbstractBlockQuantizer, AbstractQuantizer, DelayedScaleQuantizer
+from ._quantizer import (
+    AbstractBlockQuantizer,
+    AbstractQuantizer,
+    DelayedScaleQuantizer,
+    GroupedDelayedScaleQuantizer,
+)
+from ._quantizer._delayed import holds_stack
 
 
 class DenseQuantizers(eqx.Module):
@@ -106,12 +112,14 @@ def _dense_vjp(static: _Static, x, kernel, bias, q_arrays, key):
     return _forward(static, x, kernel, bias, q_arrays, key)[0]
 
 
-def _dense_fwd(static, x, kernel, bias, q_arrays, key):
-    return _forward(static, x, kernel, bias, q_arrays, key)
-
-
-def _advance(quantizer, amax):
+def advance(quantizer, amax):
+    """A quantizer's next state for the amax it observed: `update` for delayed scaling (per
+    state of a stack, e.g. one per expert), the quantizer itself when it is stateless."""
+    if isinstance(quantizer, GroupedDelayedScaleQuantizer):
+        return quantizer.update(amax)
     if isinstance(quantizer, DelayedScaleQuantizer):
+        if holds_stack(quantizer):
+            return jax.vmap(lambda q, a: q.update(a))(quantizer, amax)
         return quantizer.update(amax)
     return quantizer
 
@@ -133,13 +141,13 @@ def _dense_bwd(static: _Static, residuals, dy):
     )
     dk = gemm(cx, cg, (tuple(range(batch)), tuple(range(batch))), out_dtype=static.kernel_dtype)
     following = DenseQuantizers(
-        _advance(qs.x, cx.amax), _advance(qs.kernel, ck.amax), _advance(qs.grad, cg.amax)
+        advance(qs.x, cx.amax), advance(qs.kernel, ck.amax), advance(qs.grad, cg.amax)
     )
     ct_quantizers = eqx.filter(following, eqx.is_array)
     return dx, dk, dbias, ct_quantizers, None
 
 
-_dense_vjp.defvjp(_dense_fwd, _dense_bwd)
+_dense_vjp.defvjp(_forward, _dense_bwd)
 
 
 def _contracted(x, kernel, contracting_dims) -> int:

@@ -69,7 +69,12 @@ def _normalize_dims(fn: str, side: str, dims, ndim: int) -> tuple[int, ...]:
             f"{fn}: the {side} contracting dims {tuple(dims)} must name at least one dim, "
             "each at most once."
         )
-    return tuple(sorted(out))
+    if out != sorted(out):
+        raise ValueError(
+            f"{fn}: give the contracting dims of each side in increasing order (got {side} "
+            f"{tuple(out)}); transpose before quantizing to pair them otherwise."
+        )
+    return tuple(out)
 
 
 def _pick_part(fn: str, side: str, operand, dims: tuple[int, ...]) -> ScaledTensor1x:
@@ -112,8 +117,9 @@ def _stored_position(part: ScaledTensor1x, d: int) -> int:
     return d - fa if d >= fa else part.ndim - fa + d
 
 
-def _operand(part: ScaledTensor1x, dims: tuple[int, ...]) -> _Operand:
-    meta = _Meta(
+def float32_meta(part: ScaledTensor1x) -> _Meta:
+    """The part's dequantize metadata, with float32 (exact, unrounded) as the target."""
+    return _Meta(
         part.scaling_mode,
         "float32",
         part.data_layout,
@@ -122,6 +128,10 @@ def _operand(part: ScaledTensor1x, dims: tuple[int, ...]) -> _Operand:
         part.rht_sign_mask,
         part.is_colwise,
     )
+
+
+def _operand(part: ScaledTensor1x, dims: tuple[int, ...]) -> _Operand:
+    meta = float32_meta(part)
     contracting = tuple(_stored_position(part, d) for d in dims)
     free = [d for d in range(part.ndim) if d not in dims]
     stored = sorted(free, key=lambda d: _stored_position(part, d))
@@ -154,9 +164,9 @@ def _check_modes(fn: str, lhs, rhs, names: tuple[str, str] = ("lhs", "rhs")) -> 
     a, b = lhs.scaling_mode, rhs.scaling_mode
     if _family(a) != _family(b):
         raise ValueError(
-            f"{fn}: {names[0]} is {a.name} and {names[1]} is {b.name}; a GEMM takes two per-tensor FP8 "
-            "operands (delayed or current), two MXFP8 operands, or two NVFP4 operands (1D or "
-            "2D). Quantize both operands in one family."
+            f"{fn}: {names[0]} is {a.name} and {names[1]} is {b.name}; a GEMM takes two "
+            "per-tensor FP8 operands (delayed or current), two MXFP8 operands, or two NVFP4 "
+            "operands (1D or 2D). Quantize both operands in one family."
         )
     return a.is_tensor_scaling
 
@@ -185,21 +195,13 @@ def _spec(lhs, rhs, contracting_dims, out_dtype):
     r_first = rhs if isinstance(rhs, ScaledTensor1x) else rhs._first
     ld = _normalize_dims(fn, "lhs", contracting_dims[0], l_first.ndim)
     rd = _normalize_dims(fn, "rhs", contracting_dims[1], r_first.ndim)
-    # Pair dims in the order given (as dot_general does), then check the sizes agree.
-    l_given = tuple(d % l_first.ndim for d in contracting_dims[0])
-    r_given = tuple(d % r_first.ndim for d in contracting_dims[1])
-    l_sizes = tuple(l_first.original_shape[d] for d in l_given)
-    r_sizes = tuple(r_first.original_shape[d] for d in r_given)
+    l_sizes = tuple(l_first.original_shape[d] for d in ld)
+    r_sizes = tuple(r_first.original_shape[d] for d in rd)
     if l_sizes != r_sizes:
         raise ValueError(
-            f"{fn}: the contracted sizes differ: lhs dims {l_given} of shape "
-            f"{l_first.original_shape} have sizes {l_sizes}, rhs dims {r_given} of shape "
+            f"{fn}: the contracted sizes differ: lhs dims {ld} of shape "
+            f"{l_first.original_shape} have sizes {l_sizes}, rhs dims {rd} of shape "
             f"{r_first.original_shape} have sizes {r_sizes}."
-        )
-    if l_given != ld or r_given != rd:
-        raise ValueError(
-            f"{fn}: give the contracting dims of each side in increasing order (got lhs "
-            f"{l_given}, rhs {r_given}); transpose before quantizing to pair them otherwise."
         )
     tensor_scaling = _check_modes(fn, l_first, r_first)
     lp = _pick_part(fn, "lhs", lhs, ld)

@@ -23,6 +23,7 @@ from ._checks import validated_by
 from ._custom_types import HighPrecision
 from ._dense import (
     DenseQuantizers,
+    advance,
     check_layer_key,
     check_operand_dtypes,
     check_quantizer_set,
@@ -43,7 +44,7 @@ from ._quantizer import (
     DelayedScaleQuantizer,
     GroupedDelayedScaleQuantizer,
 )
-from .reference import _grouped
+from ._ragged import row_group
 
 
 class _Static(NamedTuple):
@@ -78,8 +79,7 @@ def _forward(static: _Static, x, kernel, group_sizes, bias, q_arrays, key):
     wk = _quantize_experts(kernel, qs.kernel, keys["kernel"], static.impl)
     y = grouped_gemm(gx, wk, out_dtype=jnp.float32)
     if static.has_bias:
-        starts, counts = _grouped.group_bounds(group_sizes, 1, x.shape[0])
-        gid = _grouped.row_groups(starts, counts, x.shape[0])
+        gid = row_group(group_sizes, x.shape[0])
         inside = (gid < bias.shape[0])[:, None]
         row_bias = bias.astype(jnp.float32)[jnp.minimum(gid, bias.shape[0] - 1)]
         y = y + jnp.where(inside, row_bias, jnp.float32(0))
@@ -89,18 +89,6 @@ def _forward(static: _Static, x, kernel, group_sizes, bias, q_arrays, key):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, key):
     return _forward(static, x, kernel, group_sizes, bias, q_arrays, key)[0]
-
-
-def _grouped_dense_fwd(static, x, kernel, group_sizes, bias, q_arrays, key):
-    return _forward(static, x, kernel, group_sizes, bias, q_arrays, key)
-
-
-def _advance(quantizer, amax):
-    if isinstance(quantizer, GroupedDelayedScaleQuantizer):
-        return quantizer.update(amax)
-    if isinstance(quantizer, DelayedScaleQuantizer):  # a stack of per-expert states
-        return jax.vmap(lambda q, a: q.update(a))(quantizer, amax)
-    return quantizer
 
 
 def _grouped_dense_bwd(static: _Static, residuals, dy):
@@ -115,13 +103,13 @@ def _grouped_dense_bwd(static: _Static, residuals, dy):
     dx = grouped_gemm(gg, wk, rhs_contracting=1, out_dtype=static.x_dtype)
     dk = grouped_wgrad(gx, gg, out_dtype=static.kernel_dtype, check=False)
     following = DenseQuantizers(
-        _advance(qs.x, gx.amax), _advance(qs.kernel, wk.amax), _advance(qs.grad, gg.amax)
+        advance(qs.x, gx.amax), advance(qs.kernel, wk.amax), advance(qs.grad, gg.amax)
     )
     ct_sizes = np.zeros(group_sizes.shape, jax.dtypes.float0)
     return dx, dk, ct_sizes, dbias, eqx.filter(following, eqx.is_array), None
 
 
-_grouped_dense_vjp.defvjp(_grouped_dense_fwd, _grouped_dense_bwd)
+_grouped_dense_vjp.defvjp(_forward, _grouped_dense_bwd)
 
 
 def _check_kernel_quantizer(where: str, kernel, q) -> None:

@@ -18,11 +18,16 @@ from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
 from ._checks import validated_by
-from ._gemm import _check_modes, _out_dtype, _pick_part, _stored_position
-from ._grouped_tensor import GroupedScaledTensor, GroupedScaledTensor1x, _dequantize_one, _Layout
-from ._ragged import outer_per_group, rows_times_groups
+from ._gemm import _check_modes, _out_dtype, _pick_part, _stored_position, float32_meta
+from ._grouped_tensor import (
+    GroupedScaledTensor,
+    GroupedScaledTensor1x,
+    _dequantize_one,
+    _Layout,
+    _stored_cotangent,
+)
+from ._ragged import group_counts, outer_per_group, row_group, rows_times_groups
 from ._tensor import ScaledTensor, ScaledTensor1x, _dequantize_stored, _Meta
-from .reference import _grouped
 
 
 class _Spec(NamedTuple):
@@ -45,17 +50,31 @@ def _lhs_part(fn: str, lhs) -> GroupedScaledTensor1x:
             f"{fn}: lhs has no rowwise copy; the expert GEMM contracts the tokens' K dim, which "
             "the rowwise copy holds. Quantize with QuantizeLayout.ROWWISE or ROWWISE_COLWISE."
         )
+    check_token_matrix_part(fn, "lhs", part, "(tokens, K)")
+    return part
+
+
+def check_token_matrix_part(fn: str, name: str, part, what: str) -> None:
+    """One grouped problem (no vmapped batch) of a 2-D token matrix."""
     if part.group_sizes.ndim != 1:
         raise ValueError(
-            f"{fn}: lhs holds a batch of grouped problems (group_sizes of shape "
-            f"{part.group_sizes.shape}); call grouped_gemm inside jax.vmap."
+            f"{fn}: {name} holds a batch of grouped problems (group_sizes of shape "
+            f"{part.group_sizes.shape}); call {fn} inside jax.vmap."
         )
     if len(part.original_shape) != 2:
         raise ValueError(
-            f"{fn}: lhs must be a (tokens, K) matrix, got shape {part.original_shape}. Reshape "
-            "x to (tokens, K) before grouped_quantize."
+            f"{fn}: {name} must be a {what} matrix, got shape {part.original_shape}. Reshape "
+            f"it to {what} before grouped_quantize."
         )
-    return part
+
+
+def part_cotangent(arrays, ct_rows, layout: _Layout):
+    """The cotangent of a grouped part's (data, scale_inv, amax, group_sizes) for a float32
+    cotangent of its (M, N) rows: the rows in the stored layout, zeros, and float0 sizes."""
+    _, scale_inv, amax, sizes = arrays
+    ct_data = _stored_cotangent(ct_rows, sizes, layout)
+    zeros = np.zeros(sizes.shape, jax.dtypes.float0)
+    return ct_data, jnp.zeros_like(scale_inv), jnp.zeros_like(amax), zeros
 
 
 def _rhs_first(fn: str, rhs, groups: int) -> ScaledTensor1x:
@@ -96,18 +115,11 @@ def _spec(lhs, rhs, rhs_contracting, out_dtype):
         )
     tensor_scaling = _check_modes(fn, lp, r_first)
     rp = _pick_part(fn, "rhs", rhs, (rhs_contracting,))
-    meta = _Meta(
-        rp.scaling_mode, "float32", rp.data_layout, rp.flatten_axis, rp.ndim,
-        rp.rht_sign_mask, rp.is_colwise,
-    )
     transposed = _stored_position(rp, rhs_contracting) == 1
     out = _out_dtype(fn, lp.dq_dtype, out_dtype)
-    spec = _Spec(lp._layout._replace(dq_dtype="float32"), meta, transposed, tensor_scaling, out)
+    lhs_layout = lp._layout._replace(dq_dtype="float32")
+    spec = _Spec(lhs_layout, float32_meta(rp), transposed, tensor_scaling, out)
     return spec, lp, rp
-
-
-def _counts(group_sizes, rows: int):
-    return _grouped.group_bounds(group_sizes, 1, rows)
 
 
 def _in_kn(b, spec: _Spec):
@@ -117,7 +129,7 @@ def _in_kn(b, spec: _Spec):
 
 def _ragged(a, b, group_sizes, spec: _Spec, precision):
     """float32 ragged product of (M, K) rows with the stored weights."""
-    _, counts = _counts(group_sizes, a.shape[0])
+    counts = group_counts(group_sizes, a.shape[0])
     return rows_times_groups(precision)(a, _in_kn(b, spec), counts)
 
 
@@ -134,8 +146,7 @@ def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
     if spec.tensor_scaling:
         (ld, ls, _, _), (rd, rs, _) = lhs_arrays, rhs_arrays
         y = _ragged(ld, rd, group_sizes, spec, None)
-        starts, counts = _counts(group_sizes, ld.shape[0])
-        g = jnp.minimum(_grouped.row_groups(starts, counts, ld.shape[0]), ls.shape[0] - 1)
+        g = jnp.minimum(row_group(group_sizes, ld.shape[0]), ls.shape[0] - 1)
         y = y * (ls[g] * rs[g, 0])[:, None]
     else:
         a, b = _floats(lhs_arrays, rhs_arrays, spec)
@@ -151,18 +162,16 @@ def _grouped_gemm_bwd(spec, residuals, ct):
     lhs_arrays, rhs_arrays = residuals
     group_sizes = lhs_arrays[3]
     a, b = _floats(lhs_arrays, rhs_arrays, spec)
-    _, counts = _counts(group_sizes, a.shape[0])
+    counts = group_counts(group_sizes, a.shape[0])
     ct = ct.astype(jnp.float32)
     highest = jax.lax.Precision.HIGHEST
     # d/da: each row's cotangent times its expert's weight transposed; d/db: per expert, its
     # rows of a transposed times their cotangents (0 for an empty group).
     ct_a = rows_times_groups(highest)(ct, jnp.swapaxes(_in_kn(b, spec), 1, 2), counts)
     ct_b = _in_kn(outer_per_group(highest)(a, ct, counts), spec)
-    _, ls, la, _ = lhs_arrays
     _, rs, ra = rhs_arrays
-    ct_lhs = (ct_a, jnp.zeros_like(ls), jnp.zeros_like(la),
-              np.zeros(group_sizes.shape, jax.dtypes.float0))
-    return ct_lhs, (ct_b, jnp.zeros_like(rs), jnp.zeros_like(ra))
+    ct_rhs = (ct_b, jnp.zeros_like(rs), jnp.zeros_like(ra))
+    return part_cotangent(lhs_arrays, ct_a, spec.lhs), ct_rhs
 
 
 _grouped_gemm_vjp.defvjp(_grouped_gemm_fwd, _grouped_gemm_bwd)

@@ -13,24 +13,22 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
 from ._checks import validated_by
 from ._gemm import _check_modes, _out_dtype
 from ._grouped import checked
+from ._grouped_gemm import check_token_matrix_part, part_cotangent
 from ._grouped_tensor import (
     GroupedScaledTensor,
     GroupedScaledTensor1x,
     _dequantize_one,
     _Layout,
     _rows_view,
-    _stored_cotangent,
     _where,
 )
-from ._ragged import outer_per_group, rows_times_groups
-from .reference import _grouped
+from ._ragged import group_counts, outer_per_group, rows_times_groups
 
 
 class _Spec(NamedTuple):
@@ -59,16 +57,7 @@ def _part(fn: str, name: str, operand) -> GroupedScaledTensor1x:
             "gradient contracts each group's rows, along which only the colwise blocks run. "
             "Quantize with QuantizeLayout.COLWISE or ROWWISE_COLWISE."
         )
-    if part.group_sizes.ndim != 1:
-        raise ValueError(
-            f"{fn}: {name} holds a batch of grouped problems (group_sizes of shape "
-            f"{part.group_sizes.shape}); call grouped_wgrad inside jax.vmap."
-        )
-    if len(part.original_shape) != 2:
-        raise ValueError(
-            f"{fn}: {name} must be a (tokens, features) matrix, got shape "
-            f"{part.original_shape}. Reshape it before grouped_quantize."
-        )
+    check_token_matrix_part(fn, name, part, "(tokens, features)")
     return part
 
 
@@ -91,14 +80,6 @@ def _spec(x, dy, out_dtype, check):
     return spec, xp, gp
 
 
-def _counts(group_sizes, rows: int):
-    return _grouped.group_bounds(group_sizes, 1, rows)[1]
-
-
-def _floats(arrays, layout: _Layout):
-    return _dequantize_one(*arrays, layout)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
     group_sizes = x_arrays[3]
@@ -106,14 +87,14 @@ def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
         message = "grouped_wgrad: x and dy must be grouped by the same group_sizes."
         group_sizes = checked(group_sizes, jnp.any(group_sizes != dy_arrays[3]), message)
     rows = spec.x.original_shape[0]
-    counts = _counts(group_sizes, rows)
+    counts = group_counts(group_sizes, rows)
     if spec.tensor_scaling:
         (xd, xs, _, _), (gd, gs, _, _) = x_arrays, dy_arrays
         a = _rows_view(xd, _where(group_sizes, spec.x), spec.x)
         c = _rows_view(gd, _where(group_sizes, spec.dy), spec.dy)
         out = outer_per_group(None)(a, c, counts) * (xs * gs)[:, None, None]
     else:
-        a, c = _floats(x_arrays, spec.x), _floats(dy_arrays, spec.dy)
+        a, c = _dequantize_one(*x_arrays, spec.x), _dequantize_one(*dy_arrays, spec.dy)
         out = outer_per_group(jax.lax.Precision.HIGHEST)(a, c, counts)
     return out.astype(spec.out_dtype)
 
@@ -125,21 +106,14 @@ def _grouped_wgrad_fwd(x_arrays, dy_arrays, spec):
 def _grouped_wgrad_bwd(spec, residuals, ct):
     x_arrays, dy_arrays = residuals
     group_sizes = x_arrays[3]
-    a, c = _floats(x_arrays, spec.x), _floats(dy_arrays, spec.dy)
-    counts = _counts(group_sizes, a.shape[0])
+    a, c = _dequantize_one(*x_arrays, spec.x), _dequantize_one(*dy_arrays, spec.dy)
+    counts = group_counts(group_sizes, a.shape[0])
     ct = ct.astype(jnp.float32)
     highest = rows_times_groups(jax.lax.Precision.HIGHEST)
     # out[g] = a_g.T @ c_g: row m of group g gets ct[g] @ c[m] (for a) and a[m] @ ct[g] (for c)
     ct_a = highest(c, jnp.swapaxes(ct, 1, 2), counts)
     ct_c = highest(a, ct, counts)
-
-    def cotangent(arrays, ct_rows, layout):
-        _, scale_inv, amax, sizes = arrays
-        ct_data = _stored_cotangent(ct_rows, sizes, layout)
-        zeros = np.zeros(sizes.shape, jax.dtypes.float0)
-        return ct_data, jnp.zeros_like(scale_inv), jnp.zeros_like(amax), zeros
-
-    return cotangent(x_arrays, ct_a, spec.x), cotangent(dy_arrays, ct_c, spec.dy)
+    return part_cotangent(x_arrays, ct_a, spec.x), part_cotangent(dy_arrays, ct_c, spec.dy)
 
 
 _grouped_wgrad_vjp.defvjp(_grouped_wgrad_fwd, _grouped_wgrad_bwd)

@@ -13,6 +13,19 @@ import jax
 import jax.numpy as jnp
 from jax.lax import RaggedDotDimensionNumbers
 
+from .reference import _grouped
+
+
+def group_counts(group_sizes, rows: int):
+    """Each group's row count, clamped as grouped_quantize clamps (the sum never passes rows)."""
+    return _grouped.group_bounds(group_sizes, 1, rows)[1]
+
+
+def row_group(group_sizes, rows: int):
+    """The group of every row; G for rows past the last group."""
+    starts, counts = _grouped.group_bounds(group_sizes, 1, rows)
+    return _grouped.row_groups(starts, counts, rows)
+
 
 def _broadcast(x, batched: bool, size: int):
     return x if batched else jnp.broadcast_to(x, (size,) + x.shape)
