@@ -21,7 +21,7 @@ if [[ -n "${EQXQ_WHEEL:-}" ]]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/eqxq_site "${EQXQ_WHEEL}"
   export PYTHONPATH="/tmp/eqxq_site${PYTHONPATH:+:${PYTHONPATH}}"
   rm -rf /tmp/eqxq_tests && mkdir -p /tmp/eqxq_tests
-  cp -r tests examples pyproject.toml /tmp/eqxq_tests/
+  cp -r tests examples pyproject.toml README.md /tmp/eqxq_tests/
   cd /tmp/eqxq_tests
 else
   python3 -m pip install -q --no-build-isolation --no-deps -e . \

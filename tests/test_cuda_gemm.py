@@ -1,11 +1,15 @@
-"""The GEMMs on the GPU: per-tensor FP8 runs on cuBLASLt's FP8 GEMM (XLA's custom call
-`__cublas$lt$matmul$f8`), and every mode gives the product of the oracle's values.
+"""The GEMMs on the GPU: per-tensor FP8 multiplies FP8 operands (cuBLASLt's FP8 GEMM, XLA's
+custom call `__cublas$lt$matmul$f8`, or a Triton GEMM fusion whose dot takes the FP8 bytes:
+XLA's autotuner picks), never widened copies, and every mode gives the product of the oracle's
+values.
 
 Runs only where a CUDA device and eqx_quant's CUDA library are present (otherwise skipped
 with a reason that mentions CUDA, which `EQX_QUANT_REQUIRE_CUDA=1` turns into a failure).
 cuBLASLt may accumulate FP8 products with fewer than float32's bits (Hopper's "fast
 accumulation"), so the FP8 bound here is looser than the CPU tests' float32 bound.
 """
+
+import re
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +32,38 @@ def _on_gpu(*arrays):
     return [jax.device_put(a, CUDA) for a in arrays]
 
 
+def _dot_operand_types(hlo: str) -> list[tuple[str, str]]:
+    """The element types of the two operands of every dot in a compiled module's text. The
+    text may name the operands only (`dot(%p0, %p1)`), so each computation's instructions
+    are read first: `%name = type[dims]{layout} opcode(...)`."""
+    found = []
+    for body in re.split(r"\n\s*\n", hlo):  # computations are separated by blank lines
+        types = dict(re.findall(r"%([\w.\-]+) = (\w+)\[", body))
+        for lhs, rhs in re.findall(
+            r"\bdot\((?:\w+\[[^\]]*\]\S* )?%([\w.\-]+), (?:\w+\[[^\]]*\]\S* )?%([\w.\-]+)\)",
+            body,
+        ):
+            found.append((types.get(lhs, "?"), types.get(rhs, "?")))
+    return found
+
+
+def assert_fp8_gemm(hlo: str):
+    """The module multiplies FP8 bytes: cuBLASLt's FP8 GEMM, or dots whose operands are all
+    FP8 (a Triton GEMM fusion), and no dot of widened copies."""
+    dots = _dot_operand_types(hlo)
+    seen = [line.strip()[:200] for line in hlo.splitlines()
+            if " dot(" in line or "custom_call_target=" in line]
+    if "__cublas$lt$matmul$f8" in hlo:
+        wide = [d for d in dots if not all(t.startswith("f8") for t in d)]
+        assert not wide, ("a dot of widened operands beside cuBLASLt FP8", wide, seen)
+        return
+    assert dots, ("neither cuBLASLt FP8 nor a dot in the compiled module", seen)
+    assert all(a.startswith("f8") and b.startswith("f8") for a, b in dots), (
+        "XLA widened the FP8 operands before the GEMM", dots, seen)
+
+
 @pytest.mark.parametrize("w_dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2])
-def test_fp8_gemm_runs_on_cublaslt_fp8(w_dtype):
+def test_fp8_gemm_multiplies_fp8_operands(w_dtype):
     x, w = _on_gpu(
         jnp.asarray(random_input((256, 512), jnp.bfloat16, seed=1)),
         jnp.asarray(random_input((512, 384), jnp.bfloat16, seed=2)),
@@ -38,7 +72,7 @@ def test_fp8_gemm_runs_on_cublaslt_fp8(w_dtype):
     xt = eqq.quantize(x, eqq.CurrentScaleQuantizer())
     wt = eqq.quantize(w, eqq.CurrentScaleQuantizer(q_dtype=w_dtype))
     hlo = f.lower(xt, wt).compile().as_text()
-    assert "__cublas$lt$matmul$f8" in hlo, "XLA did not run the FP8 dot on cuBLASLt FP8"
+    assert_fp8_gemm(hlo)
     y = np.asarray(f(xt, wt), np.float64)
     a, b = oracle_values(xt.rowwise), oracle_values(wt.colwise)
     ref = a @ b
