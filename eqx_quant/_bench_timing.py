@@ -254,6 +254,11 @@ def measure(fn: Callable, xs: list, shared: tuple, reps: int) -> dict:
     return dict(seconds=seconds, samples=reps, max_gap_us=None, b2b_seconds=None)
 
 
+def micro(seconds: float | None) -> float | None:
+    """Seconds in microseconds; None stays None (no b2b figure without CUDA events)."""
+    return None if seconds is None else seconds * 1e6
+
+
 def timing_method() -> tuple[str, str]:
     """("cuda_events" or "wall_clock", a description for the header and --json)."""
     events, why_not = cuda_events()

@@ -3,6 +3,10 @@
 Usage::
 
     python -m eqx_quant.bench [--sizes 1024 4096 8192 16384x4096] [--reps 7] [--json out.json]
+    python -m eqx_quant.bench --gemms [--gemm-sizes 4096 8192 16384x4096x4096] [--reps 7]
+
+The second form times eqx_quant's GEMMs and layers (`gemm`, `dense`, `grouped_gemm`) against
+the same products in bf16, in TFLOP/s (eqx_quant/_bench_gemm.py says what each row times).
 
 For every shape (bf16, 2-D, flatten_axis=-1) and op it times our op (`jax.jit` of
 `eqx_quant.quantize` / `quantize_dbias` with `impl="ffi"`, i.e. the CUDA kernel on a GPU and
@@ -91,7 +95,8 @@ import jax
 import jax.numpy as jnp
 
 from . import _bench_grouped
-from ._bench_timing import EVENT_OPS_PER_CALL, measure, timing_method
+from ._bench_gemm import DEFAULT_GEMM_SIZES, GEMM_OPS, parse_gemm_size, run_gemm_benchmark
+from ._bench_timing import EVENT_OPS_PER_CALL, measure, micro, timing_method
 
 OPS = (
     "delayed_row",
@@ -311,10 +316,6 @@ def _inputs(m: int, n: int, seed: int) -> list:
     return xs
 
 
-def _micro(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e6
-
-
 def _cell(us: float | None) -> str:
     return f"{'-':>6}" if us is None else f"{us:6.1f}"
 
@@ -386,8 +387,8 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
                 xla_samples=xla_measured["samples"],
                 ours_max_gap_us=ours_measured["max_gap_us"],
                 xla_max_gap_us=xla_measured["max_gap_us"],
-                ours_b2b_us=_micro(ours_measured["b2b_seconds"]),
-                xla_b2b_us=_micro(xla_measured["b2b_seconds"]),
+                ours_b2b_us=micro(ours_measured["b2b_seconds"]),
+                xla_b2b_us=micro(xla_measured["b2b_seconds"]),
             )
             rows.append(row)
             log(
@@ -411,6 +412,12 @@ def main(argv=None) -> int:
                         f"to {EVENT_OPS_PER_CALL} ops; wall clock, each call is a batch of "
                         "dispatches (the median is reported)")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    parser.add_argument("--gemms", action="store_true",
+                        help="time eqx_quant's GEMMs and layers against bf16 XLA instead "
+                        "(eqx_quant/_bench_gemm.py)")
+    parser.add_argument("--gemm-sizes", nargs="+", default=list(DEFAULT_GEMM_SIZES), type=str,
+                        help="with --gemms: N (M = K = N) or MxKxN (default: %(default)s)")
+    parser.add_argument("--gemm-ops", nargs="+", default=list(GEMM_OPS), choices=GEMM_OPS)
     parser.add_argument("--json", help="write the results to this file (rewritten after every "
                         "row, with \"complete\": false until the run ends)")
     args = parser.parse_args(argv)
@@ -424,7 +431,12 @@ def main(argv=None) -> int:
     # With --json the file is rewritten after every row ("complete": false until the end), so
     # a run stopped part way (a timeout on a lent GPU) keeps the rows it measured.
     on_row = (lambda result: write(result, False)) if args.json else None
-    result = run_benchmark(sizes, max(1, args.reps), tuple(args.ops), on_row=on_row)
+    if args.gemms:
+        gemm_sizes = [parse_gemm_size(s) for s in args.gemm_sizes]
+        result = run_gemm_benchmark(gemm_sizes, max(1, args.reps), tuple(args.gemm_ops),
+                                    on_row=on_row)
+    else:
+        result = run_benchmark(sizes, max(1, args.reps), tuple(args.ops), on_row=on_row)
     if args.json:
         write(result, True)
     return 0

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from eqx_quant import bench
+from eqx_quant import _bench_gemm, bench
 
 
 def test_bench_runs_and_writes_json(tmp_path):
@@ -93,3 +93,42 @@ def _check_hand_written_nvfp4():
     for i, (a, b) in enumerate(pairs):
         assert a.shape == b.shape, i
         np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=str(i))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="a CPU smoke run; on a GPU, python -m eqx_quant.bench --gemms is run")
+def test_gemm_bench_runs_and_writes_json(tmp_path):
+    out = tmp_path / "gemm.json"
+    sizes = ["64x32x48", "128x64x96"]
+    assert bench.main(["--gemms", "--gemm-sizes", *sizes, "--reps", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["complete"] is True and "rows" not in result
+    # MXFP8 needs multiples of 32: skipped at K = 32 with N = 48, run at 128x64x96.
+    want = [(op, [64, 32, 48]) for op in bench.GEMM_OPS if "mxfp8" not in op]
+    want += [(op, [128, 64, 96]) for op in bench.GEMM_OPS]
+    assert [(r["op"], r["shape"]) for r in result["gemm_rows"]] == want
+    for row in result["gemm_rows"]:
+        m, k, n = row["shape"]
+        per = 6 if row["op"] == "fp8_dense_step" else 2
+        assert row["flops"] == per * m * k * n
+        assert row["ours_us"] > 0 and row["xla_us"] > 0
+        assert row["ours_tflops"] == pytest.approx(row["flops"] / row["ours_us"] / 1e6)
+
+
+def _sqnr_db(got, want) -> float:
+    got, want = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (got, want))
+    return float(10 * np.log10(np.sum(want**2) / np.sum((got - want) ** 2)))
+
+
+@pytest.mark.parametrize("op", _bench_gemm.GEMM_OPS)
+def test_gemm_bench_times_the_same_product_as_its_bf16_version(op):
+    # What each row times: our op and its bf16 version compute the same product (up to the
+    # quantization's error), on the first rotated input.
+    ours, ours_xs, ours_shared, xla, xla_xs, xla_shared, _ = _bench_gemm.gemm_case(op, 96, 64, 128)
+    got = jax.tree.leaves(jax.jit(ours)(ours_xs[0], *ours_shared))
+    want = jax.tree.leaves(jax.jit(xla)(xla_xs[0], *xla_shared))
+    assert len(got) == len(want) == (3 if op == "fp8_dense_step" else 1)
+    floor = 12.0 if "nvfp4" in op else 20.0  # dB; E5M2 gradients in the dense step
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype == jnp.bfloat16
+        assert _sqnr_db(g, w) > floor, (op, _sqnr_db(g, w))
