@@ -8,10 +8,12 @@ contracted axis, so the copy is chosen by the contracting dims, never guessed.
 - Per-tensor FP8: `dot_general(data_l, data_r, preferred_element_type=float32)` times
   `scale_inv_l * scale_inv_r`, as TE's JAX GEMM does without its kernel; XLA's GEMM
   rewriter sends FP8 dots to cuBLASLt's FP8 GEMM on Hopper (tests/test_cuda_gemm.py).
-- MXFP8 / NVFP4: each operand is dequantized to float32 (exact: payload times block scale
-  times global scale, the RHT undone) and multiplied at HIGHEST precision. Hopper has no
-  block-scaled MMA; this is the product a block-scaled GEMM computes, up to the order of the
-  float32 sums.
+- MXFP8 / NVFP4: each operand's payload times its block scales, exact in bfloat16, goes into
+  a bfloat16 GEMM with float32 sums, and NVFP4's two FP32 global scales multiply the product
+  (`_block_operands`). Hopper has no block-scaled MMA; this is the product a block-scaled
+  GEMM computes, up to the order of the float32 sums. A random Hadamard transform on both
+  operands (one sign mask) cancels and is left in; a pair whose RHT does not cancel is
+  dequantized to float32 (the RHT undone) and multiplied at HIGHEST precision.
 
 The gradient is the straight-through one: the cotangent of each operand's `data` is the
 gradient of the product of the dequantized operands (float32, dequantized units, stored
@@ -28,6 +30,7 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
+from ._block_operands import global_scale, is_nvfp4, multiplies_in_bf16, unscaled_amax
 from ._checks import validated_by
 from ._enums import ScalingMode
 from ._tensor import ScaledTensor, ScaledTensor1x, _dequantize_stored, _Meta
@@ -36,9 +39,11 @@ _OUT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class _Operand(NamedTuple):
-    """One operand's static description: its part's metadata, in float32 for the math."""
+    """One operand's static description: its part's metadata, in float32 for the math, and
+    for a block-format pair multiplied in bfloat16, the exact bfloat16 target."""
 
     meta: _Meta
+    bf16_meta: _Meta | None
     contracting: tuple[int, ...]  # in the stored layout
     free_order: tuple[int, ...]  # argsort of the free dims' original positions (stored order)
 
@@ -130,12 +135,19 @@ def float32_meta(part: ScaledTensor1x) -> _Meta:
     )
 
 
-def _operand(part: ScaledTensor1x, dims: tuple[int, ...]) -> _Operand:
+def bf16_meta(meta: _Meta) -> _Meta:
+    """Dequantize metadata for a bfloat16 GEMM (`_block_operands`): bfloat16 target, and the
+    RHT left in (the pair's RHT cancels in the product)."""
+    return meta._replace(dq_dtype="bfloat16", rht_sign_mask=None)
+
+
+def _operand(part: ScaledTensor1x, dims: tuple[int, ...], in_bf16: bool) -> _Operand:
     meta = float32_meta(part)
     contracting = tuple(_stored_position(part, d) for d in dims)
     free = [d for d in range(part.ndim) if d not in dims]
     stored = sorted(free, key=lambda d: _stored_position(part, d))
-    return _Operand(meta, contracting, tuple(stored.index(d) for d in free))
+    fast = bf16_meta(meta) if in_bf16 else None
+    return _Operand(meta, fast, contracting, tuple(stored.index(d) for d in free))
 
 
 def _check_operand(fn: str, side: str, operand) -> None:
@@ -207,7 +219,10 @@ def _spec(lhs, rhs, contracting_dims, out_dtype):
     lp = _pick_part(fn, "lhs", lhs, ld)
     rp = _pick_part(fn, "rhs", rhs, rd)
     out_dtype = _out_dtype(fn, lp.dq_dtype, out_dtype)
-    spec = _GemmSpec(_operand(lp, ld), _operand(rp, rd), tensor_scaling, out_dtype)
+    in_bf16 = multiplies_in_bf16(lp.scaling_mode, lp.rht_sign_mask, rp.scaling_mode,
+                                 rp.rht_sign_mask)
+    spec = _GemmSpec(_operand(lp, ld, in_bf16), _operand(rp, rd, in_bf16), tensor_scaling,
+                     out_dtype)
     return spec, lp, rp
 
 
@@ -224,11 +239,23 @@ def _dequantized(arrays, op: _Operand) -> Array:
     return _dequantize_stored(*arrays, op.meta)
 
 
+def _bf16_values(arrays, op: _Operand) -> Array:
+    """A block-format operand as exact bfloat16 values, NVFP4's global scale left out."""
+    data, scale_inv, amax = arrays
+    return _dequantize_stored(data, scale_inv, unscaled_amax(amax, op.meta.scaling_mode),
+                              op.bf16_meta)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _gemm_vjp(lhs_arrays, rhs_arrays, spec: _GemmSpec) -> Array:
     if spec.tensor_scaling:
         (ld, ls, _), (rd, rs, _) = lhs_arrays, rhs_arrays
         y = _product(ld, rd, spec, None) * (ls[0] * rs[0])
+    elif spec.lhs.bf16_meta is not None:
+        y = _product(_bf16_values(lhs_arrays, spec.lhs), _bf16_values(rhs_arrays, spec.rhs),
+                     spec, None)  # bfloat16 products are exact in the float32 sums
+        if is_nvfp4(spec.lhs.meta.scaling_mode):
+            y = y * (global_scale(lhs_arrays[2])[0] * global_scale(rhs_arrays[2])[0])
     else:
         a = _dequantized(lhs_arrays, spec.lhs)
         b = _dequantized(rhs_arrays, spec.rhs)

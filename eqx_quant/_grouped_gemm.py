@@ -4,8 +4,9 @@
 weights), `rhs` a stack of G quantized weights, one `quantize` per expert (e.g. built with
 `jax.vmap`). Row m of group g of the result is `lhs[m] @ rhs[g]`; rows past the last group
 are 0. The arithmetic is `gemm`'s: per-tensor FP8 as an FP8 `jax.lax.ragged_dot` times each
-row's `scale_inv_lhs[g] * scale_inv_rhs[g]`; block formats dequantized to float32 and
-multiplied at HIGHEST precision. The gradient is straight-through, as for `gemm`.
+row's `scale_inv_lhs[g] * scale_inv_rhs[g]`; block formats as exact bfloat16 values with
+float32 sums (NVFP4: each row's product times its group's two global scales;
+`_block_operands`). The gradient is straight-through, as for `gemm`.
 """
 
 import functools
@@ -18,7 +19,15 @@ from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
 from ._checks import validated_by
-from ._gemm import _check_modes, _out_dtype, _pick_part, _stored_position, float32_meta
+from ._block_operands import global_scale, is_nvfp4, multiplies_in_bf16, unscaled_amax
+from ._gemm import (
+    _check_modes,
+    _out_dtype,
+    _pick_part,
+    _stored_position,
+    bf16_meta,
+    float32_meta,
+)
 from ._grouped_tensor import (
     GroupedScaledTensor,
     GroupedScaledTensor1x,
@@ -33,6 +42,7 @@ from ._tensor import ScaledTensor, ScaledTensor1x, _dequantize_stored, _Meta
 class _Spec(NamedTuple):
     lhs: _Layout  # float32 dequantize target
     rhs: _Meta  # one expert's part, float32 dequantize target
+    in_bf16: bool  # block formats: the forward product of exact bfloat16 values
     rhs_transposed: bool  # the expert's stored data is (N, K)
     tensor_scaling: bool
     out_dtype: str
@@ -118,7 +128,8 @@ def _spec(lhs, rhs, rhs_contracting, out_dtype):
     transposed = _stored_position(rp, rhs_contracting) == 1
     out = _out_dtype(fn, lp.dq_dtype, out_dtype)
     lhs_layout = lp._layout._replace(dq_dtype="float32")
-    spec = _Spec(lhs_layout, float32_meta(rp), transposed, tensor_scaling, out)
+    in_bf16 = multiplies_in_bf16(lp.scaling_mode, None, rp.scaling_mode, rp.rht_sign_mask)
+    spec = _Spec(lhs_layout, float32_meta(rp), in_bf16, transposed, tensor_scaling, out)
     return spec, lp, rp
 
 
@@ -140,6 +151,17 @@ def _floats(lhs_arrays, rhs_arrays, spec: _Spec):
     return a, b
 
 
+def _bf16_values(lhs_arrays, rhs_arrays, spec: _Spec):
+    """Both operands as exact bfloat16 values, NVFP4's global scales left out."""
+    data, scale_inv, amax, group_sizes = lhs_arrays
+    mode = spec.rhs.scaling_mode
+    a = _dequantize_one(data, scale_inv, unscaled_amax(amax, mode), group_sizes,
+                        spec.lhs._replace(dq_dtype="bfloat16"))
+    rd, rs, ra = rhs_arrays
+    b = _dequantize_stored(rd, rs, unscaled_amax(ra, mode), bf16_meta(spec.rhs))
+    return a, b
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
     group_sizes = lhs_arrays[3]
@@ -148,6 +170,13 @@ def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
         y = _ragged(ld, rd, group_sizes, spec, None)
         g = jnp.minimum(row_group(group_sizes, ld.shape[0]), ls.shape[0] - 1)
         y = y * (ls[g] * rs[g, 0])[:, None]
+    elif spec.in_bf16:
+        a, b = _bf16_values(lhs_arrays, rhs_arrays, spec)
+        y = _ragged(a, b, group_sizes, spec, None)  # exact products, float32 sums
+        if is_nvfp4(spec.rhs.scaling_mode):
+            per_group = global_scale(lhs_arrays[2]) * global_scale(rhs_arrays[2])[:, 0]
+            g = jnp.minimum(row_group(group_sizes, y.shape[0]), per_group.shape[0] - 1)
+            y = y * per_group[g][:, None]
     else:
         a, b = _floats(lhs_arrays, rhs_arrays, spec)
         y = _ragged(a, b, group_sizes, spec, jax.lax.Precision.HIGHEST)

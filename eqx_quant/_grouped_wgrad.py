@@ -4,8 +4,9 @@ Both operands are grouped token matrices with the same groups: `x` `(M, K)` and 
 `(M, N)`; the result is `(G, K, N)`, the contraction running over each group's rows (TE's
 grouped GEMM with ragged contracting dims). The block formats read each operand's colwise
 copy, whose blocks run down the rows of a group; per-tensor FP8 multiplies the FP8 values
-of either copy and scales group g by `scale_inv_x[g] * scale_inv_dy[g]`. The gradient is
-straight-through, as for `gemm`.
+of either copy and scales group g by `scale_inv_x[g] * scale_inv_dy[g]`; block formats are
+multiplied as exact bfloat16 values with float32 sums (NVFP4: group g times its two global
+scales; `_block_operands`). The gradient is straight-through, as for `gemm`.
 """
 
 import functools
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
+from ._block_operands import global_scale, is_nvfp4, unscaled_amax
 from ._checks import validated_by
 from ._gemm import _check_modes, _out_dtype
 from ._grouped import checked
@@ -94,8 +96,15 @@ def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
         c = _rows_view(gd, _where(group_sizes, spec.dy), spec.dy)
         out = outer_per_group(None)(a, c, counts) * (xs * gs)[:, None, None]
     else:
-        a, c = _dequantize_one(*x_arrays, spec.x), _dequantize_one(*dy_arrays, spec.dy)
-        out = outer_per_group(jax.lax.Precision.HIGHEST)(a, c, counts)
+        mode = spec.x.scaling_mode
+        a, c = (
+            _dequantize_one(data, scale_inv, unscaled_amax(amax, mode), sizes,
+                            layout._replace(dq_dtype="bfloat16"))
+            for (data, scale_inv, amax, sizes), layout in ((x_arrays, spec.x), (dy_arrays, spec.dy))
+        )
+        out = outer_per_group(None)(a, c, counts)  # exact products, float32 sums
+        if is_nvfp4(mode):
+            out = out * (global_scale(x_arrays[2]) * global_scale(dy_arrays[2]))[:, None, None]
     return out.astype(spec.out_dtype)
 
 

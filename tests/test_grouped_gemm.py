@@ -8,7 +8,7 @@ import pytest
 from helpers import random_input
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_gemm import assert_product, assert_same_sums, oracle_values
+from test_gemm import assert_product, assert_same_sums, dot_operand_dtypes, oracle_values
 
 import eqx_quant as eqq
 
@@ -224,3 +224,11 @@ def test_grouped_gemm_vmap_of_grad_and_nested_vmap():
             y = loss(x[i, j], sizes[i, j], w)[1]
             for got, want in ((got_dx[i, j], dx), (got_dw[i, j], dw), (got_y[i, j], y)):
                 assert_same_sums(got, want, f"problem {i}, {j}")
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4_2d_weights"])
+def test_block_formats_multiply_bfloat16_values(recipe):
+    # The exact bfloat16 values of both operands, float32 sums (as gemm): no float32 product.
+    _, _, _, gt, wt = _operands(recipe)
+    f = lambda a, b: eqq.grouped_gemm(a, b, out_dtype=jnp.float32)  # noqa: E731
+    assert set(dot_operand_dtypes(f, gt, wt)) == {("bfloat16", "bfloat16")}

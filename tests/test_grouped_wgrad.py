@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import random_input
 from jax.sharding import AxisType, PartitionSpec as P
-from test_gemm import assert_product, assert_same_sums, oracle_values
+from test_gemm import assert_product, assert_same_sums, dot_operand_dtypes, oracle_values
 
 import eqx_quant as eqq
 
@@ -133,3 +133,11 @@ def test_grouped_wgrad_errors():
     with pytest.raises(Exception, match="grouped by the same group_sizes"):
         jax.block_until_ready(eqq.grouped_wgrad(gx, other))
     eqq.grouped_wgrad(gx, other, check=False)  # the check can be turned off
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "nvfp4"])
+def test_block_formats_multiply_bfloat16_values(name):
+    # The exact bfloat16 values of both operands, float32 sums (as gemm): no float32 product.
+    _, _, _, gx, gg, _ = _operands(name)
+    f = lambda a, b: eqq.grouped_wgrad(a, b, out_dtype=jnp.float32, check=False)  # noqa: E731
+    assert set(dot_operand_dtypes(f, gx, gg)) == {("bfloat16", "bfloat16")}
