@@ -235,6 +235,21 @@ def _product(a, b, spec: _GemmSpec, precision) -> Array:
     return jnp.transpose(y, order)
 
 
+def fp8_product(product):
+    """`product(a, b, *rest)` of FP8 operands: as they are off CPU (FP8 tensor cores), and
+    widened to bfloat16 on CPU, whose XLA dot has no FP8 path (it widens FP8 to float32
+    itself; the products are the same and exact in float32 either way, and the bfloat16 dot
+    runs 2x faster there, the ragged one 10x)."""
+
+    def widened(a, b, *rest):
+        return product(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), *rest)
+
+    def run(a, b, *rest):
+        return jax.lax.platform_dependent(a, b, *rest, cpu=widened, default=product)
+
+    return run
+
+
 def _dequantized(arrays, op: _Operand) -> Array:
     return _dequantize_stored(*arrays, op.meta)
 
@@ -250,7 +265,8 @@ def _bf16_values(arrays, op: _Operand) -> Array:
 def _gemm_vjp(lhs_arrays, rhs_arrays, spec: _GemmSpec) -> Array:
     if spec.tensor_scaling:
         (ld, ls, _), (rd, rs, _) = lhs_arrays, rhs_arrays
-        y = _product(ld, rd, spec, None) * (ls[0] * rs[0])
+        product = fp8_product(functools.partial(_product, spec=spec, precision=None))
+        y = product(ld, rd) * (ls[0] * rs[0])
     elif spec.lhs.bf16_meta is not None:
         y = _product(_bf16_values(lhs_arrays, spec.lhs), _bf16_values(rhs_arrays, spec.rhs),
                      spec, None)  # bfloat16 products are exact in the float32 sums

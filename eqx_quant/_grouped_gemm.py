@@ -27,6 +27,7 @@ from ._gemm import (
     _stored_position,
     bf16_meta,
     float32_meta,
+    fp8_product,
 )
 from ._grouped_tensor import (
     GroupedScaledTensor,
@@ -167,7 +168,8 @@ def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
     group_sizes = lhs_arrays[3]
     if spec.tensor_scaling:
         (ld, ls, _, _), (rd, rs, _) = lhs_arrays, rhs_arrays
-        y = _ragged(ld, rd, group_sizes, spec, None)
+        y = fp8_product(functools.partial(_ragged, spec=spec, precision=None))(
+            ld, rd, group_sizes)
         g = jnp.minimum(row_group(group_sizes, ld.shape[0]), ls.shape[0] - 1)
         y = y * (ls[g] * rs[g, 0])[:, None]
     elif spec.in_bf16:

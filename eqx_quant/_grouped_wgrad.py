@@ -19,7 +19,7 @@ from jaxtyping import Array, Shaped, jaxtyped
 
 from ._block_operands import global_scale, is_nvfp4, unscaled_amax
 from ._checks import validated_by
-from ._gemm import _check_modes, _out_dtype
+from ._gemm import _check_modes, _out_dtype, fp8_product
 from ._grouped import checked
 from ._grouped_gemm import check_token_matrix_part, part_cotangent
 from ._grouped_tensor import (
@@ -94,7 +94,7 @@ def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
         (xd, xs, _, _), (gd, gs, _, _) = x_arrays, dy_arrays
         a = _rows_view(xd, _where(group_sizes, spec.x), spec.x)
         c = _rows_view(gd, _where(group_sizes, spec.dy), spec.dy)
-        out = outer_per_group(None)(a, c, counts) * (xs * gs)[:, None, None]
+        out = fp8_product(outer_per_group(None))(a, c, counts) * (xs * gs)[:, None, None]
     else:
         mode = spec.x.scaling_mode
         a, c = (

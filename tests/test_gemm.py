@@ -2,6 +2,7 @@
 values, with the float32-accumulation bound as tolerance; transforms; errors."""
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -159,6 +160,30 @@ def dot_operand_dtypes(fn, *args) -> list[tuple[str, ...]]:
 
     walk(jax.make_jaxpr(fn)(*args).jaxpr)
     return found
+
+
+def lowered_dot_operand_types(fn, args, platform: str) -> list[tuple[str, str]]:
+    """The element types of the two operands of every dot (`stablehlo.dot_general`,
+    `chlo.ragged_dot`) in fn's StableHLO lowered for `platform` (no device of it needed)."""
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    found = []
+    for line in text.splitlines():
+        if "stablehlo.dot_general" in line or "chlo.ragged_dot" in line:
+            types = r": \(tensor<(?:\d+x)*(\w+)>, tensor<(?:\d+x)*(\w+)>"
+            found.append(re.search(types, line).groups())
+    return found
+
+
+def test_fp8_dot_on_gpu_widened_on_cpu():
+    # The FP8 dot reaches a GPU as FP8 (tensor cores); on CPU, whose XLA dot has no FP8 path,
+    # the operands are widened to bfloat16 first (the same exact products, 2x faster there).
+    q = eqq.CurrentScaleQuantizer()
+    xt = eqq.quantize(jnp.asarray(random_input((32, 64), jnp.bfloat16, seed=1)), q)
+    wt = eqq.quantize(jnp.asarray(random_input((64, 16), jnp.bfloat16, seed=2)),
+                      eqq.CurrentScaleQuantizer(q_dtype=jnp.float8_e5m2))
+    f = lambda a, b: eqq.gemm(a, b, out_dtype=jnp.float32)  # noqa: E731
+    assert lowered_dot_operand_types(f, (xt, wt), "cuda") == [("f8E4M3FN", "f8E5M2")]
+    assert lowered_dot_operand_types(f, (xt, wt), "cpu") == [("bf16", "bf16")]
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8_e4m3", "mxfp8_e5m2", "nvfp4_1d", "nvfp4_2d"])

@@ -8,7 +8,13 @@ import pytest
 from helpers import random_input
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_gemm import assert_product, assert_same_sums, dot_operand_dtypes, oracle_values
+from test_gemm import (
+    assert_product,
+    assert_same_sums,
+    dot_operand_dtypes,
+    lowered_dot_operand_types,
+    oracle_values,
+)
 
 import eqx_quant as eqq
 
@@ -232,3 +238,12 @@ def test_block_formats_multiply_bfloat16_values(recipe):
     _, _, _, gt, wt = _operands(recipe)
     f = lambda a, b: eqq.grouped_gemm(a, b, out_dtype=jnp.float32)  # noqa: E731
     assert set(dot_operand_dtypes(f, gt, wt)) == {("bfloat16", "bfloat16")}
+
+
+def test_fp8_dot_on_gpu_widened_on_cpu():
+    # FP8 operands reach a GPU's ragged dot as FP8; on CPU they are widened to bfloat16 first
+    # (the same exact products; XLA's CPU ragged dot of FP8 runs 10x slower).
+    _, _, _, gt, wt = _operands("current")
+    f = lambda a, b: eqq.grouped_gemm(a, b, out_dtype=jnp.float32)  # noqa: E731
+    assert lowered_dot_operand_types(f, (gt, wt), "cuda") == [("f8E4M3FN", "f8E4M3FN")]
+    assert lowered_dot_operand_types(f, (gt, wt), "cpu") == [("bf16", "bf16")]

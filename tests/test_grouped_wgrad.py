@@ -6,11 +6,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import random_input
-from jax.sharding import AxisType, PartitionSpec as P
-from test_gemm import assert_product, assert_same_sums, dot_operand_dtypes, oracle_values
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
+from test_gemm import (
+    assert_product,
+    assert_same_sums,
+    dot_operand_dtypes,
+    lowered_dot_operand_types,
+    oracle_values,
+)
 
 import eqx_quant as eqq
-
 
 M, K, N = 160, 64, 24
 SIZES = [40, 0, 75, 33]  # an empty group, sizes off every block multiple, 12 rows past the sum
@@ -141,3 +147,12 @@ def test_block_formats_multiply_bfloat16_values(name):
     _, _, _, gx, gg, _ = _operands(name)
     f = lambda a, b: eqq.grouped_wgrad(a, b, out_dtype=jnp.float32, check=False)  # noqa: E731
     assert set(dot_operand_dtypes(f, gx, gg)) == {("bfloat16", "bfloat16")}
+
+
+def test_fp8_dot_on_gpu_widened_on_cpu():
+    # FP8 operands reach a GPU's ragged dot as FP8; on CPU they are widened to bfloat16 first
+    # (the same exact products; XLA's CPU ragged dot of FP8 runs 10x slower).
+    _, _, _, gx, gg, _ = _operands("current")
+    f = lambda a, b: eqq.grouped_wgrad(a, b, check=False)  # noqa: E731
+    assert lowered_dot_operand_types(f, (gx, gg), "cuda") == [("f8E4M3FN", "f8E4M3FN")]
+    assert lowered_dot_operand_types(f, (gx, gg), "cpu") == [("bf16", "bf16")]
