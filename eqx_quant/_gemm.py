@@ -39,11 +39,9 @@ _OUT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class _Operand(NamedTuple):
-    """One operand's static description: its part's metadata, in float32 for the math, and
-    for a block-format pair multiplied in bfloat16, the exact bfloat16 target."""
+    """One operand's static description: its part's metadata, in float32 for the math."""
 
     meta: _Meta
-    bf16_meta: _Meta | None
     contracting: tuple[int, ...]  # in the stored layout
     free_order: tuple[int, ...]  # argsort of the free dims' original positions (stored order)
 
@@ -52,6 +50,7 @@ class _GemmSpec(NamedTuple):
     lhs: _Operand
     rhs: _Operand
     tensor_scaling: bool
+    in_bf16: bool  # block formats: the forward product of exact bfloat16 values
     out_dtype: str
 
 
@@ -141,13 +140,12 @@ def bf16_meta(meta: _Meta) -> _Meta:
     return meta._replace(dq_dtype="bfloat16", rht_sign_mask=None)
 
 
-def _operand(part: ScaledTensor1x, dims: tuple[int, ...], in_bf16: bool) -> _Operand:
+def _operand(part: ScaledTensor1x, dims: tuple[int, ...]) -> _Operand:
     meta = float32_meta(part)
     contracting = tuple(_stored_position(part, d) for d in dims)
     free = [d for d in range(part.ndim) if d not in dims]
     stored = sorted(free, key=lambda d: _stored_position(part, d))
-    fast = bf16_meta(meta) if in_bf16 else None
-    return _Operand(meta, fast, contracting, tuple(stored.index(d) for d in free))
+    return _Operand(meta, contracting, tuple(stored.index(d) for d in free))
 
 
 def _check_operand(fn: str, side: str, operand) -> None:
@@ -221,8 +219,7 @@ def _spec(lhs, rhs, contracting_dims, out_dtype):
     out_dtype = _out_dtype(fn, lp.dq_dtype, out_dtype)
     in_bf16 = multiplies_in_bf16(lp.scaling_mode, lp.rht_sign_mask, rp.scaling_mode,
                                  rp.rht_sign_mask)
-    spec = _GemmSpec(_operand(lp, ld, in_bf16), _operand(rp, rd, in_bf16), tensor_scaling,
-                     out_dtype)
+    spec = _GemmSpec(_operand(lp, ld), _operand(rp, rd), tensor_scaling, in_bf16, out_dtype)
     return spec, lp, rp
 
 
@@ -258,7 +255,7 @@ def _bf16_values(arrays, op: _Operand) -> Array:
     """A block-format operand as exact bfloat16 values, NVFP4's global scale left out."""
     data, scale_inv, amax = arrays
     return _dequantize_stored(data, scale_inv, unscaled_amax(amax, op.meta.scaling_mode),
-                              op.bf16_meta)
+                              bf16_meta(op.meta))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -267,7 +264,7 @@ def _gemm_vjp(lhs_arrays, rhs_arrays, spec: _GemmSpec) -> Array:
         (ld, ls, _), (rd, rs, _) = lhs_arrays, rhs_arrays
         product = fp8_product(functools.partial(_product, spec=spec, precision=None))
         y = product(ld, rd) * (ls[0] * rs[0])
-    elif spec.lhs.bf16_meta is not None:
+    elif spec.in_bf16:
         y = _product(_bf16_values(lhs_arrays, spec.lhs), _bf16_values(rhs_arrays, spec.rhs),
                      spec, None)  # bfloat16 products are exact in the float32 sums
         if is_nvfp4(spec.lhs.meta.scaling_mode):

@@ -152,15 +152,27 @@ def _floats(lhs_arrays, rhs_arrays, spec: _Spec):
     return a, b
 
 
+def bf16_rows(arrays, layout: _Layout):
+    """A grouped block-format part's (M, K) rows as exact bfloat16 values, NVFP4's global
+    scales left out (`_block_operands`)."""
+    data, scale_inv, amax, group_sizes = arrays
+    return _dequantize_one(data, scale_inv, unscaled_amax(amax, layout.scaling_mode),
+                           group_sizes, layout._replace(dq_dtype="bfloat16"))
+
+
 def _bf16_values(lhs_arrays, rhs_arrays, spec: _Spec):
     """Both operands as exact bfloat16 values, NVFP4's global scales left out."""
-    data, scale_inv, amax, group_sizes = lhs_arrays
-    mode = spec.rhs.scaling_mode
-    a = _dequantize_one(data, scale_inv, unscaled_amax(amax, mode), group_sizes,
-                        spec.lhs._replace(dq_dtype="bfloat16"))
     rd, rs, ra = rhs_arrays
-    b = _dequantize_stored(rd, rs, unscaled_amax(ra, mode), bf16_meta(spec.rhs))
-    return a, b
+    b = _dequantize_stored(rd, rs, unscaled_amax(ra, spec.rhs.scaling_mode),
+                           bf16_meta(spec.rhs))
+    return bf16_rows(lhs_arrays, spec.lhs), b
+
+
+def _times_group_factor(y, group_sizes, per_group):
+    """Each row of y times its group's factor (rows past the last group: the last one's,
+    on rows that are 0)."""
+    g = jnp.minimum(row_group(group_sizes, y.shape[0]), per_group.shape[0] - 1)
+    return y * per_group[g][:, None]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -170,15 +182,13 @@ def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
         (ld, ls, _, _), (rd, rs, _) = lhs_arrays, rhs_arrays
         y = fp8_product(functools.partial(_ragged, spec=spec, precision=None))(
             ld, rd, group_sizes)
-        g = jnp.minimum(row_group(group_sizes, ld.shape[0]), ls.shape[0] - 1)
-        y = y * (ls[g] * rs[g, 0])[:, None]
+        y = _times_group_factor(y, group_sizes, ls * rs[:, 0])
     elif spec.in_bf16:
         a, b = _bf16_values(lhs_arrays, rhs_arrays, spec)
         y = _ragged(a, b, group_sizes, spec, None)  # exact products, float32 sums
         if is_nvfp4(spec.rhs.scaling_mode):
             per_group = global_scale(lhs_arrays[2]) * global_scale(rhs_arrays[2])[:, 0]
-            g = jnp.minimum(row_group(group_sizes, y.shape[0]), per_group.shape[0] - 1)
-            y = y * per_group[g][:, None]
+            y = _times_group_factor(y, group_sizes, per_group)
     else:
         a, b = _floats(lhs_arrays, rhs_arrays, spec)
         y = _ragged(a, b, group_sizes, spec, jax.lax.Precision.HIGHEST)

@@ -17,11 +17,11 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
-from ._block_operands import global_scale, is_nvfp4, unscaled_amax
+from ._block_operands import global_scale, is_nvfp4
 from ._checks import validated_by
 from ._gemm import _check_modes, _out_dtype, fp8_product
 from ._grouped import checked
-from ._grouped_gemm import check_token_matrix_part, part_cotangent
+from ._grouped_gemm import bf16_rows, check_token_matrix_part, part_cotangent
 from ._grouped_tensor import (
     GroupedScaledTensor,
     GroupedScaledTensor1x,
@@ -96,14 +96,9 @@ def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
         c = _rows_view(gd, _where(group_sizes, spec.dy), spec.dy)
         out = fp8_product(outer_per_group(None))(a, c, counts) * (xs * gs)[:, None, None]
     else:
-        mode = spec.x.scaling_mode
-        a, c = (
-            _dequantize_one(data, scale_inv, unscaled_amax(amax, mode), sizes,
-                            layout._replace(dq_dtype="bfloat16"))
-            for (data, scale_inv, amax, sizes), layout in ((x_arrays, spec.x), (dy_arrays, spec.dy))
-        )
+        a, c = bf16_rows(x_arrays, spec.x), bf16_rows(dy_arrays, spec.dy)
         out = outer_per_group(None)(a, c, counts)  # exact products, float32 sums
-        if is_nvfp4(mode):
+        if is_nvfp4(spec.x.scaling_mode):
             out = out * (global_scale(x_arrays[2]) * global_scale(dy_arrays[2]))[:, None, None]
     return out.astype(spec.out_dtype)
 

@@ -15,12 +15,9 @@ from test_gemm import (
     lowered_dot_operand_types,
     oracle_values,
 )
+from test_grouped_gemm import SIZES, G, K, M, N  # the expert GEMM's tokens and groups
 
 import eqx_quant as eqq
-
-M, K, N = 160, 64, 24
-SIZES = [40, 0, 75, 33]  # an empty group, sizes off every block multiple, 12 rows past the sum
-G = len(SIZES)
 
 QUANTIZERS = {
     "current": eqq.CurrentScaleQuantizer,
