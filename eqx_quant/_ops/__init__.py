@@ -1,0 +1,55 @@
+"""The quantize ops: one primitive declaration per op (`_primitive.py`), lowered to the CPU
+and CUDA kernels of the FFI library (`_ffi.py`) or to the pure-JAX reference."""
+
+from ._ffi import (
+    library_paths as library_paths,
+)
+from ._ffi import (
+    native_ops as native_ops,
+)
+from ._ffi import (
+    native_platforms as native_platforms,
+)
+from ._sharding import pmax_amax as pmax_amax
+from .fp8_quantize import (
+    Fp8QuantizeParams as Fp8QuantizeParams,
+)
+from .fp8_quantize import (
+    dbias_only_params as dbias_only_params,
+)
+from .fp8_quantize import (
+    fp8_quantize_op as fp8_quantize_op,
+)
+from .grouped_quantize import (
+    GroupedParams as GroupedParams,
+)
+from .grouped_quantize import (
+    grouped_dbias_op as grouped_dbias_op,
+)
+from .grouped_quantize import (
+    grouped_fp8_quantize_op as grouped_fp8_quantize_op,
+)
+from .grouped_quantize import (
+    grouped_mxfp8_quantize_op as grouped_mxfp8_quantize_op,
+)
+from .grouped_quantize import (
+    grouped_nvfp4_quantize_op as grouped_nvfp4_quantize_op,
+)
+from .mxfp8_quantize import (
+    Mxfp8QuantizeParams as Mxfp8QuantizeParams,
+)
+from .mxfp8_quantize import (
+    mxfp8_quantize_op as mxfp8_quantize_op,
+)
+from .nvfp4_quantize import (
+    Nvfp4AmaxParams as Nvfp4AmaxParams,
+)
+from .nvfp4_quantize import (
+    Nvfp4QuantizeParams as Nvfp4QuantizeParams,
+)
+from .nvfp4_quantize import (
+    nvfp4_amax_op as nvfp4_amax_op,
+)
+from .nvfp4_quantize import (
+    nvfp4_quantize_op as nvfp4_quantize_op,
+)

@@ -20,7 +20,6 @@ from jax.core import ShapedArray
 from .. import reference
 from . import _sharding
 
-
 # Node sums per dbias tree that a kernel returns (a power of two; 64 spreads an 8192-row
 # reduction over 64 x (columns / block) GPU blocks). The kernels accept at most this many
 # (kMaxDbiasSplit, csrc/common/fp8_quantize_problem.h).

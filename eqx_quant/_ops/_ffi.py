@@ -13,7 +13,6 @@ import os
 
 import jax
 
-
 # Every op with a compiled kernel. Adding an op = adding its name here.
 KERNEL_OPS = (
     "fp8_quantize",

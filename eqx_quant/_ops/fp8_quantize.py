@@ -11,7 +11,7 @@ One declaration serves the CPU kernel, the CUDA kernel and the pure-JAX referenc
   with `with_dbias`: dbias alone, the block formats' `quantize_dbias`);
 - `scale_inv`, `amax`: `B + (1,)` float32 (amax = max |x| ignoring NaN, per example);
 - `dbias`: `B + S[fa:]` in x's dtype, or (0,): the float32 canonical tree sum (see
-  `reference/_tree.py`) over `S[:fa]`, cast with NaN canonical (`reference.cast_canonical`).
+  `reference/tree.py`) over `S[:fa]`, cast with NaN canonical (`reference.cast_canonical`).
 
 The kernel (inner primitive, `eqx_quant_fp8_quantize`) returns a sixth output: its dbias is
 the node sums of `_dbias.py` (float32 `B + S[:keep] + (split,) + S[fa:]`) and `dbias_cast`

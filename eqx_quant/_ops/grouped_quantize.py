@@ -23,8 +23,8 @@ import numpy as np
 from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
-from ..reference import _grouped, _mx, cast_canonical
-from ..reference._nvfp4 import NVFP4_BLOCK, e2m1_from_codes
+from ..reference import cast_canonical, grouped, mxfp8
+from ..reference.nvfp4 import NVFP4_BLOCK, e2m1_from_codes
 from . import _sharding
 from ._primitive import Op, OpSpec, map_examples
 
@@ -46,7 +46,7 @@ class GroupedParams:
 
     @property
     def block(self) -> int:
-        return NVFP4_BLOCK if self.kind == "nvfp4" else _mx.MX_BLOCK
+        return NVFP4_BLOCK if self.kind == "nvfp4" else mxfp8.MX_BLOCK
 
     def ffi_attrs(self) -> dict:
         attrs = dict(n_batch=np.int64(self.n_batch), rows_per_unit=np.int64(self.rows_per_unit))
@@ -73,8 +73,8 @@ def _abstract_eval(params, x, *operands):
         )
     data = jnp.dtype(params.q_dtype) if params.kind == "mxfp8" else jnp.dtype(jnp.float4_e2m1fn)
     col_shape = (r, n) if params.kind == "mxfp8" else (r * n,)
-    row_len = _grouped.scale_buffer_length(r, n, g, params.block, colwise=False)
-    col_len = _grouped.scale_buffer_length(r, n, g, params.block, colwise=True)
+    row_len = grouped.scale_buffer_length(r, n, g, params.block, colwise=False)
+    col_len = grouped.scale_buffer_length(r, n, g, params.block, colwise=True)
     u8 = jnp.dtype(jnp.uint8)
     return (
         ShapedArray(batch + (r, n) if params.rowwise else (0,), data),
@@ -87,13 +87,13 @@ def _abstract_eval(params, x, *operands):
 def _reference_one(params, x, *operands):
     common = dict(rows_per_unit=params.rows_per_unit)
     if params.kind == "dbias":
-        return (cast_canonical(_grouped.grouped_dbias(x, *operands, **common), x.dtype),)
+        return (cast_canonical(grouped.grouped_dbias(x, *operands, **common), x.dtype),)
     layout = dict(rowwise=params.rowwise, colwise=params.colwise)
     if params.kind == "fp8":
-        return _grouped.grouped_fp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
+        return grouped.grouped_fp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
     if params.kind == "mxfp8":
-        return _grouped.grouped_mxfp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
-    row, row_scale, col, col_scale = _grouped.grouped_nvfp4_quantize(
+        return grouped.grouped_mxfp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
+    row, row_scale, col, col_scale = grouped.grouped_nvfp4_quantize(
         x,
         *operands,
         use_2d=params.use_2d,

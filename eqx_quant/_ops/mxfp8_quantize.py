@@ -25,13 +25,12 @@ import numpy as np
 from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
-from ..reference import _blocks, _mx
+from ..reference import blocks_nd, mxfp8
 from . import _dbias, _sharding
-from .fp8_quantize import dbias_only_local, dbias_only_params, fp8_quantize_op
 from ._primitive import Op, OpSpec, map_examples
+from .fp8_quantize import dbias_only_local, dbias_only_params, fp8_quantize_op
 
-
-BLOCK = _mx.MX_BLOCK
+BLOCK = mxfp8.MX_BLOCK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +99,7 @@ def _inner_abstract_eval(params, x):
 
 def _reference(params, x):
     def one(xe):
-        return _blocks.mxfp8_quantize(
+        return blocks_nd.mxfp8_quantize(
             xe, params.q_dtype, params.flatten_axis - 1, params.rowwise, params.colwise
         )
 

@@ -21,12 +21,11 @@ from jax import lax
 from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
-from ..reference import _blocks, _nvfp4
+from ..reference import blocks_nd, nvfp4
 from . import _sharding
 from ._primitive import Op, OpSpec, map_examples
 
-
-BLOCK = _nvfp4.NVFP4_BLOCK
+BLOCK = nvfp4.NVFP4_BLOCK
 
 
 def _move_or_broadcast(a, dim, size):
@@ -77,7 +76,7 @@ def _amax_abstract_eval(params, x):
 
 def _amax_reference(params, x):
     def one(xe):
-        return _blocks.nvfp4_amax(
+        return blocks_nd.nvfp4_amax(
             xe, params.flatten_axis - 1, params.with_rht, params.rht_sign_mask
         )
 
@@ -210,12 +209,12 @@ def _abstract_eval(params, x, amax, col_amax, key, offset):
 
 
 def _final_dtypes(row, row_scale, col, col_scale):
-    """uint8 E2M1 codes / E4M3 bytes of `_blocks.nvfp4_quantize` -> the op's dtypes."""
+    """uint8 E2M1 codes / E4M3 bytes of `blocks_nd.nvfp4_quantize` -> the op's dtypes."""
     e4m3 = lambda u: lax.bitcast_convert_type(u, jnp.float8_e4m3fn)  # noqa: E731
     return (
-        _nvfp4.e2m1_from_codes(row),
+        nvfp4.e2m1_from_codes(row),
         e4m3(row_scale),
-        _nvfp4.e2m1_from_codes(col),
+        nvfp4.e2m1_from_codes(col),
         e4m3(col_scale),
     )
 
@@ -225,7 +224,7 @@ def _reference(params, x, amax, col_amax, key, offset):
     global_shape = params.global_shape or x.shape[nb:]
 
     def one(xe, ae, ce, ke):
-        return _blocks.nvfp4_quantize(
+        return blocks_nd.nvfp4_quantize(
             xe,
             ae,
             ce,

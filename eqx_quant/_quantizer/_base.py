@@ -8,8 +8,7 @@ import numpy as np
 from equinox import AbstractClassVar, AbstractVar
 from jaxtyping import Array, Float
 
-from .._enums import QuantizeLayout, ScalingMode
-
+from .._core import QuantizeLayout, ScalingMode
 
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 

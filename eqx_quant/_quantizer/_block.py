@@ -7,9 +7,8 @@ from typing import ClassVar
 import equinox as eqx
 from equinox import AbstractClassVar
 
-from .._enums import QuantizeLayout, ScalingMode
+from .._core import QuantizeLayout, ScalingMode
 from ._base import FP8_DTYPES, AbstractQuantizer, check_layout, dtype_name
-
 
 DEFAULT_RHT_SIGN_MASK = 0xD7E8
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import reference
-from .._enums import QuantizeLayout, ScalingMode
+from .._core import QuantizeLayout, ScalingMode
 from ._base import AbstractTensorScaleQuantizer, check_fp8_dtype, check_layout, dtype_name
 
 

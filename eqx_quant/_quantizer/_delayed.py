@@ -10,8 +10,7 @@ from beartype import beartype
 from jaxtyping import Array, Float, jaxtyped
 
 from .. import reference
-from .._checks import validated_by
-from .._enums import QuantizeLayout, ScalingMode
+from .._core import QuantizeLayout, ScalingMode, validated_by
 from ._base import AbstractTensorScaleQuantizer, check_fp8_dtype, check_layout, dtype_name
 
 

@@ -1,0 +1,105 @@
+"""What a scaling format is: everything that differs between scaling modes, in one contract.
+
+Each final format (`_tensor_scaling.py`, `_mxfp8.py`, `_nvfp4.py`) says, for its modes:
+which op quantizes (dense and grouped) and how the op's outputs become parts, how a part is
+dequantized, what a GEMM multiplies (the payloads, or the exact values) and what factor
+scales the product, and how its scales are laid out (block size, colwise orientation).
+Nothing outside `_formats/` branches on the scaling mode.
+"""
+
+import abc
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import equinox as eqx
+from jax.sharding import PartitionSpec
+from jaxtyping import Array
+
+from .._core import ScalingMode, with_auto_axes
+from ..reference import grouped
+
+
+class PartArrays(NamedTuple):
+    """One quantized copy as an op returns it; the front ends add the static metadata
+    (scaling mode, shapes, dtype) and build a `ScaledTensor1x` / `GroupedScaledTensor1x`."""
+
+    data: Array
+    scale_inv: Array
+    amax: Array
+    data_layout: str  # "N": x's layout; "T": the transpose of the 2-D view
+    is_colwise: bool
+    rht_sign_mask: int | None = None
+
+
+class Quantized(NamedTuple):
+    """A dense quantize: the requested copies (None where not asked for) and the dbias."""
+
+    rowwise: PartArrays | None
+    colwise: PartArrays | None
+    dbias: Array | None
+
+
+class AbstractFormat(eqx.Module):
+    """One scaling format (one or more `ScalingMode`s that share their arithmetic)."""
+
+    # The modes this format serves.
+    modes: eqx.AbstractClassVar[tuple[ScalingMode, ...]]
+    # Elements per scale along the blocked axis; 0 for one scale per tensor (or group).
+    block_size: eqx.AbstractClassVar[int]
+    # The colwise copy's data layout: "T" (stored transposed) or "N" (x's layout, blocks
+    # down axis flatten_axis - 1, so its scale matrix is the transpose of a rowwise one).
+    colwise_data_layout: eqx.AbstractClassVar[str]
+    # What a GEMM pairs: two operands of one family (NVFP4 1D and 2D are one family).
+    gemm_family: eqx.AbstractClassVar[str]
+    # Whether a GEMM multiplies the stored payloads (then both copies hold the same values
+    # and any dims may be contracted), rather than the dequantized block values.
+    gemm_on_payloads: eqx.AbstractClassVar[bool]
+
+    @property
+    def is_block(self) -> bool:
+        return self.block_size > 0
+
+    @abc.abstractmethod
+    def quantize(
+        self, x, quantizer, *, flatten_axis: int, impl: str, amax_axes: tuple[str, ...],
+        key_words, with_dbias: bool,
+    ) -> Quantized:
+        """Quantize one tensor (leading vmapped dims are the op's business)."""
+
+    @abc.abstractmethod
+    def grouped_quantize(
+        self, x2d, group_sizes, quantizer, *, rows_per_unit: int, impl: str, key_words
+    ) -> tuple[PartArrays, PartArrays]:
+        """Quantize the (R, N) rows of a grouped tensor: the rowwise and the colwise part
+        (only those the quantizer's layout asks for are read by the caller)."""
+
+    @abc.abstractmethod
+    def dequantize(self, data, scale_inv, amax, meta) -> Array:
+        """A dense part's values in its stored layout (leading vmapped dims allowed), in
+        `meta.dq_dtype`."""
+
+    @abc.abstractmethod
+    def decode_rows(self, q, scale_inv, amax, group, scale_bytes: Callable[[], Array]) -> Array:
+        """A grouped part's float32 values on its (R, N) row view `q`: `group` is the group
+        of every row, `scale_bytes()` every element's block-scale byte (block formats)."""
+
+    @abc.abstractmethod
+    def round_to(self, y, dq_dtype: str) -> Array:
+        """float32 values rounded once to `dq_dtype`, as this format's dequantize rounds."""
+
+    def gemm_amax(self, amax) -> Array:
+        """The amax to dequantize a GEMM operand's exact (bfloat16) values with: a global
+        scale, where the format has one, is left out and applied to the product."""
+        return amax
+
+    def product_factor(self, scale_inv, amax) -> Array | None:
+        """What scales a product of payloads or exact values, per tensor (or group); None
+        where the operand values are already complete."""
+        return None
+
+
+def group_amax(x2d, group_sizes, rows_per_unit: int):
+    """Per-group amax (replicated); under Explicit mesh axes computed as under Auto axes."""
+    fn = functools.partial(grouped.group_amax, rows_per_unit=rows_per_unit)
+    return with_auto_axes(fn, like=x2d, out_spec=PartitionSpec())(x2d, group_sizes)

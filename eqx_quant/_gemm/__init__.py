@@ -1,0 +1,8 @@
+"""The GEMMs on quantized operands: `gemm` (dense), `grouped_gemm` (the MoE expert GEMM),
+`grouped_wgrad` (its weight gradient), the operand choice they share, and the ragged
+products that fold a vmapped batch into one problem."""
+
+from ._dense import gemm as gemm
+from ._grouped import grouped_gemm as grouped_gemm
+from ._ragged import row_group as row_group
+from ._wgrad import grouped_wgrad as grouped_wgrad

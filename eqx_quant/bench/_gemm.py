@@ -1,0 +1,202 @@
+"""The GEMM table of `python -m eqx_quant.bench --gemms`: eqx_quant's GEMMs and layers against
+the same products in bfloat16 written in jnp, jitted by XLA, timed as the quantize ops are
+(`_timing.measure`: CUDA events on a GPU). These are XLA ops (docs/performance.md,
+"GEMMs"), so the table says what a user gets from XLA by multiplying quantized operands.
+
+The ops, at (M, K, N) (x is M x K, the weights K x N; the grouped ops split the M rows into
+8 ragged groups with one K x N weight each, `_grouped.group_sizes`):
+
+- `fp8_gemm`: `eqx_quant.gemm` of per-tensor E4M3 operands, quantized beforehand (the GEMM
+  alone), bf16 out; against `x @ w` in bf16.
+- `fp8_dense_step`: `eqx_quant.dense` forward and backward (current scaling; E4M3 x and
+  weights, E5M2 output gradient), the three quantizations included: y, dx and dw from bf16 x,
+  w and dy; against the vjp of `x @ w` in bf16. Counts 3 GEMMs.
+- `mxfp8_gemm`, `nvfp4_gemm`: `eqx_quant.gemm` of MXFP8 / NVFP4 operands (Hopper has no
+  block-scaled MMA: their exact bfloat16 values in a bf16 GEMM); against `x @ w` in bf16.
+- `fp8_grouped_gemm`, `mxfp8_grouped_gemm`: `eqx_quant.grouped_gemm` of grouped-quantized
+  tokens and per-expert quantized weights (`jax.lax.ragged_dot`); against
+  `jax.lax.ragged_dot` in bf16.
+
+TFLOP/s count 2 M K N per GEMM. Inputs rotate over 3 buffers of x (the weights are shared).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from . import _grouped
+from ._timing import measure, micro, timing_method
+
+GEMM_OPS = (
+    "fp8_gemm", "fp8_dense_step", "mxfp8_gemm", "nvfp4_gemm", "fp8_grouped_gemm",
+    "mxfp8_grouped_gemm",
+)
+DEFAULT_GEMM_SIZES = ("4096", "8192", "16384x4096x4096")
+GROUPS = 8
+_COPIES = 3  # distinct x buffers the timed calls rotate over
+
+
+def parse_gemm_size(text: str) -> tuple[int, int, int]:
+    """"N" (M = K = N) or "MxKxN"."""
+    parts = [int(p) for p in text.lower().split("x")]
+    if len(parts) == 1:
+        parts = parts * 3
+    if len(parts) != 3 or min(parts) <= 0:
+        raise ValueError(f"--gemm-sizes: expected N or MxKxN with positive ints, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def _normal(key, shape, scale=1.0):
+    return (jax.random.normal(key, shape, jnp.float32) * scale).astype(jnp.bfloat16)
+
+
+def _bf16_dot(x, w):
+    return jnp.dot(x, w)
+
+
+def _gemm_case(quantizer, m: int, k: int, n: int, key) -> tuple:
+    """`eqx_quant.gemm` of operands quantized beforehand, and bf16 `x @ w`."""
+    import eqx_quant as eqq
+
+    keys = jax.random.split(key, _COPIES + 1)
+    xs = [_normal(keys[i], (m, k)) for i in range(_COPIES)]
+    w = _normal(keys[-1], (k, n), k**-0.5)
+    ours_xs = [eqq.quantize(x, quantizer) for x in xs]
+    wt = eqq.quantize(w, quantizer)
+
+    def ours(xt, wt):
+        return eqq.gemm(xt, wt, out_dtype=jnp.bfloat16)
+
+    return ours, ours_xs, (wt,), _bf16_dot, xs, (w,), 2
+
+
+def _dense_case(m: int, k: int, n: int, key) -> tuple:
+    """`eqx_quant.dense` forward + backward, and the vjp of bf16 `x @ w`."""
+    import eqx_quant as eqq
+
+    quantizers = eqq.DenseQuantizers(
+        eqq.CurrentScaleQuantizer(), eqq.CurrentScaleQuantizer(),
+        eqq.CurrentScaleQuantizer(q_dtype=jnp.float8_e5m2),
+    )
+    keys = jax.random.split(key, _COPIES + 2)
+    xs = [_normal(keys[i], (m, k)) for i in range(_COPIES)]
+    w = _normal(keys[-2], (k, n), k**-0.5)
+    dy = _normal(keys[-1], (m, n))
+
+    def step(layer):
+        def run(x, w, dy):
+            y, vjp = jax.vjp(layer, x, w)
+            return (y, *vjp(dy))
+
+        return run
+
+    ours = step(lambda x, w: eqq.dense(x, w, quantizers=quantizers))
+    return ours, xs, (w, dy), step(_bf16_dot), xs, (w, dy), 6
+
+
+def _grouped_case(quantizer, m: int, k: int, n: int, key) -> tuple:
+    """`eqx_quant.grouped_gemm` of grouped tokens and per-expert weights quantized
+    beforehand, and bf16 `ragged_dot`."""
+    import eqx_quant as eqq
+
+    keys = jax.random.split(key, _COPIES + 1)
+    sizes = jnp.asarray(_grouped.group_sizes(m), jnp.int32)
+    xs = [_normal(keys[i], (m, k)) for i in range(_COPIES)]
+    w = _normal(keys[-1], (GROUPS, k, n), k**-0.5)
+    ours_xs = [eqq.grouped_quantize(x, sizes, quantizer) for x in xs]
+    wt = jax.vmap(lambda wi: eqq.quantize(wi, quantizer))(w)
+
+    def ours(gx, wt):
+        return eqq.grouped_gemm(gx, wt, out_dtype=jnp.bfloat16)
+
+    def xla(x, w, sizes):
+        return jax.lax.ragged_dot(x, w, sizes)
+
+    return ours, ours_xs, (wt,), xla, xs, (w, sizes), 2
+
+
+def gemm_case(op: str, m: int, k: int, n: int) -> tuple:
+    """(ours, ours' rotated inputs, ours' shared inputs, the bf16 version, its rotated inputs,
+    its shared inputs, FLOPs per (M K N))."""
+    import eqx_quant as eqq
+
+    key = jax.random.PRNGKey(m * 7 + k * 3 + n)
+    if op == "fp8_gemm":
+        return _gemm_case(eqq.CurrentScaleQuantizer(), m, k, n, key)
+    if op == "fp8_dense_step":
+        return _dense_case(m, k, n, key)
+    if op == "mxfp8_gemm":
+        return _gemm_case(eqq.BlockScaleQuantizer(), m, k, n, key)
+    if op == "nvfp4_gemm":
+        return _gemm_case(eqq.NVFP4Quantizer(), m, k, n, key)
+    if op == "fp8_grouped_gemm":
+        return _grouped_case(eqq.CurrentScaleQuantizer(), m, k, n, key)
+    if op == "mxfp8_grouped_gemm":
+        return _grouped_case(eqq.BlockScaleQuantizer(), m, k, n, key)
+    raise ValueError(f"op must be one of {GEMM_OPS}, got {op!r}")
+
+
+def _applies(op: str, m: int, k: int, n: int) -> str | None:
+    """Why `op` cannot run at (m, k, n), or None."""
+    block = 32 if "mxfp8" in op else 16 if "nvfp4" in op else 1
+    if (m % block or k % block or n % block) and block > 1:
+        return f"needs multiples of {block}"
+    return None
+
+
+def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None) -> dict:
+    """The GEMM table of `python -m eqx_quant.bench --gemms`: the result dict (`gemm_rows`,
+    the device and the timing method); `on_row`, if given, is called with the result so far
+    after every row."""
+    import eqx_quant as eqq
+
+    device = jax.devices()[0]
+    timing, timing_detail = timing_method()
+    log(f"device: {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, "
+        f"eqx_quant kernels: {eqq.library_paths()}")
+    log(f"timing: {timing}: {timing_detail}")
+    rows = []
+    result = dict(device=str(device.device_kind), backend=jax.default_backend(),
+                  jax=jax.__version__, timing=timing, timing_detail=timing_detail,
+                  gemm_rows=rows)
+    header = (
+        f"{'op':<20} {'M x K x N':>17} {'ours us':>9} {'b2b':>8} {'TFLOP/s':>8} "
+        f"{'bf16 us':>9} {'b2b':>8} {'TFLOP/s':>8} {'speedup':>7}"
+    )
+    log(header)
+    log("-" * len(header))
+    for m, k, n in sizes:
+        for op in ops:
+            shape = f"{m}x{k}x{n}"
+            why_not = _applies(op, m, k, n)
+            if why_not is not None:
+                log(f"{op:<20} {shape:>17} skipped: {why_not}")
+                continue
+            ours, ours_xs, ours_shared, xla, xla_xs, xla_shared, flops = gemm_case(op, m, k, n)
+            ours_measured = measure(ours, ours_xs, ours_shared, reps)
+            xla_measured = measure(xla, xla_xs, xla_shared, reps)
+            work = flops * float(m) * k * n
+            row = dict(
+                op=op, shape=[m, k, n], flops=work,
+                ours_us=ours_measured["seconds"] * 1e6,
+                ours_b2b_us=micro(ours_measured["b2b_seconds"]),
+                ours_tflops=work / ours_measured["seconds"] / 1e12,
+                xla_us=xla_measured["seconds"] * 1e6,
+                xla_b2b_us=micro(xla_measured["b2b_seconds"]),
+                xla_tflops=work / xla_measured["seconds"] / 1e12,
+                speedup=xla_measured["seconds"] / ours_measured["seconds"],
+                ours_samples=ours_measured["samples"], xla_samples=xla_measured["samples"],
+            )
+            rows.append(row)
+            log(
+                f"{op:<20} {shape:>17} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
+                f"{row['ours_tflops']:8.1f} {row['xla_us']:9.1f} {_cell(row['xla_b2b_us'])} "
+                f"{row['xla_tflops']:8.1f} {row['speedup']:7.2f}"
+            )
+            if on_row is not None:
+                on_row(result)
+    return result
+
+
+
+def _cell(us: float | None) -> str:
+    return f"{'-':>8}" if us is None else f"{us:8.1f}"
