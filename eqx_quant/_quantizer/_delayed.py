@@ -1,4 +1,5 @@
-"""Delayed scaling: the scale comes from a history of past amaxes (TE's §1.3 rule)."""
+"""Delayed scaling: the scale comes from a history of past amaxes (TE's
+`DelayedScaleQuantizer.update`, `transformer_engine/jax/quantize/quantizer.py`)."""
 
 import math
 from typing import ClassVar, Literal

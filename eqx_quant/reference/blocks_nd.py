@@ -13,7 +13,8 @@ import math
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Shaped, UInt8
 
-from . import mxfp8, nvfp4, stochastic_rounding
+from . import mxfp8, nvfp4
+from .stochastic_rounding import encode_e2m1_sr, global_index, random_bytes
 
 
 def view_dims(shape: tuple[int, ...], block_axis: int) -> tuple[int, int, int, int]:
@@ -158,7 +159,7 @@ def _nv_codes(xb, amax_b, amax_g, r):
     sdb = nvfp4.block_scale_bytes(amax_b, s_enc)
     enc = nvfp4.block_encode_scale(sdb, s_enc)
     y = nvfp4.multiply(xb, jnp.broadcast_to(enc[:, None], xb.shape))
-    codes = nvfp4.encode_e2m1(y) if r is None else stochastic_rounding.encode_e2m1_sr(y, r)
+    codes = nvfp4.encode_e2m1(y) if r is None else encode_e2m1_sr(y, r)
     return codes, sdb
 
 
@@ -199,10 +200,10 @@ def nvfp4_quantize(
         amax_b.append(ab)
         amax_g.append(jnp.broadcast_to(amax.reshape(()), ab.shape))
         if stochastic_rounding:  # the rowwise index is the element's in the global x
-            lo, hi = stochastic_rounding.global_index(shape, offset, global_shape)
+            lo, hi = global_index(shape, offset, global_shape)
             lo4, hi4 = lo.reshape(a, k, c, l), hi.reshape(a, k, c, l)
             rbytes.append(
-                stochastic_rounding.random_bytes(key, _row_blocks(lo4, t), _row_blocks(hi4, t), 0)
+                random_bytes(key, _row_blocks(lo4, t), _row_blocks(hi4, t), 0)
             )
         sizes.append(xb.shape[0])
     if colwise:
@@ -218,14 +219,14 @@ def nvfp4_quantize(
         if stochastic_rounding:
             # The colwise index is the element's in the global T layout S[fa:] + S[:fa].
             fa = block_axis + 1
-            t_lo, t_hi = stochastic_rounding.global_index(
+            t_lo, t_hi = global_index(
                 shape[fa:] + shape[:fa],
                 jnp.concatenate([offset[fa:], offset[:fa]]),
                 global_shape[fa:] + global_shape[:fa],
             )
             lo_c = _col_blocks(t_lo.reshape(c, l, a, k), t)
             hi_c = _col_blocks(t_hi.reshape(c, l, a, k), t)
-            rbytes.append(stochastic_rounding.random_bytes(key, lo_c, hi_c, 1))
+            rbytes.append(random_bytes(key, lo_c, hi_c, 1))
     if not blocks:
         return _empty(), _empty(), _empty(), _empty()
     codes, sdb = _nv_codes(

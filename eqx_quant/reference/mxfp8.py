@@ -1,7 +1,8 @@
 """Pure-JAX reference of MXFP8 (1x32 blocks, E8M0 scales) and of the cuBLAS 128x4 scale swizzle.
 
-Bit-exact with TE's CUDA kernels (te_reference.md §1.4, §2.3, §2.6, §4.4, §13.1.4) on every
-backend: like `fp8.py`, every float operation whose result is promised bit for bit is done on
+Bit-exact with TE's CUDA kernels (`transformer_engine/common/cast/mxfp8/quantize_mxfp8.cuh`,
+`util/ptx.cuh`; scale shapes, padding and swizzle as `transformer_engine/jax/quantize/
+scaling_modes.py`) on every backend: like `fp8.py`, every float operation whose result is promised bit for bit is done on
 the bit patterns (`ieee`), so XLA:CPU's flush-to-zero and XLA:GPU's convert folding cannot
 change it. Functions work on one 2-D view `(M, N)`; a final partial block is quantized as if it
 were zero-padded (zeros change neither the block amax nor the other elements).
@@ -233,7 +234,7 @@ def decode_blocks(qb: UInt8[Array, "B 32"], e: UInt8[Array, " B"], q_name: str):
 def mxfp8_quantize_rowwise(
     x: Float[Array, "M N"], q_dtype
 ) -> tuple[Shaped[Array, "M N"], Shaped[Array, "M nb"]]:
-    """MXFP8 with 1x32 blocks along N (TE kernel numerics, §1.4).
+    """MXFP8 with 1x32 blocks along N (TE kernel numerics, docs/numerics.md).
 
     Per block: `amax` = max|x| ignoring NaN, `v = amax * fl(1/fp8_max)` (one float32
     multiply), `E = e8m0_round_up(v)`, data = saturating RNE FP8 of `x * 2^(127-E)` (NaN ->
@@ -303,11 +304,11 @@ def mxfp8_dequantize_colwise(
 
 
 # --------------------------------------------------------------------------------------------
-# GEMM scale swizzle (§4.4): MXFP8 and NVFP4 share it.
+# GEMM scale swizzle (cuBLAS's 128x4 tiles): MXFP8 and NVFP4 share it.
 
 SWIZZLE_ROWS = 128
 SWIZZLE_COLS = 4
-SCALE_PAD_BYTE = 0x00  # E8M0 2^-127, E4M3 +0 (§2.6)
+SCALE_PAD_BYTE = 0x00  # E8M0 2^-127, E4M3 +0 (as TE pads)
 
 
 def swizzle_offset(r, c, num_cols: int):

@@ -1,7 +1,8 @@
 """Pure-JAX reference of NVFP4 (E2M1 data, per-16 E4M3 block scales, float32 global scale),
 its 16x16 "2D" mode and the 16-point random Hadamard transform (RHT).
 
-Bit-exact with TE's CUDA kernels (te_reference.md §1.5, §7.1, §7.2, §13.1.5) on every backend:
+Bit-exact with TE's CUDA kernels (`transformer_engine/common/cast/nvfp4/core_nvfp4.cuh`,
+`quantize_transpose_nvfp4.cuh`, `hadamard_transform/`; docs/numerics.md) on every backend:
 every float operation is done on the bit patterns (`ieee`). The kernel evaluation order
 (`core_nvfp4.cuh`) is followed exactly:
 
@@ -41,7 +42,7 @@ FP4_MAX = 6.0
 E4M3_MAX = 448.0
 GLOBAL_ENC_NUMERATOR = np.float32(E4M3_MAX * FP4_MAX)  # 2688, exact
 RCP_FP4_MAX = np.float32(1.0) / np.float32(FP4_MAX)  # fl(1/6)
-DEFAULT_RHT_SIGN_MASK = 0xD7E8  # bit i set iff sign s_i = -1 (§7.1)
+DEFAULT_RHT_SIGN_MASK = 0xD7E8  # bit i set iff sign s_i = -1 (TE's fixed RHT signs)
 RHT_SIZE = 16
 
 E2M1_NAN_CODE = 0x7  # E2M1 has no NaN: satfinite gives +MAX_NORM (cuda_fp4.hpp)
@@ -318,7 +319,7 @@ def _dequantize(data, scale_inv, amax, dq_dtype, rht_mask):
 
 
 # --------------------------------------------------------------------------------------------
-# Random Hadamard transform (§7.1)
+# Random Hadamard transform (16-point, fixed signs; docs/block_formats.md)
 
 
 def rht_matrix(sign_mask: int = DEFAULT_RHT_SIGN_MASK) -> np.ndarray:
