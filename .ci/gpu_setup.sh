@@ -1,6 +1,6 @@
 # Sourced by .ci/gpu and .ci/gpu_sanitize on the H200 machine (no network): the carried
-# wheels of .whl/ (beartype; pytest-xdist and execnet for EQXQ_TEST_WORKERS), then eqx_quant
-# with its CUDA kernels (sm_90a), built here or, with EQXQ_WHEEL=<path>, a wheel built on the
+# wheels of .whl/ (beartype; pytest-xdist and execnet for EQX_QUANT_TEST_WORKERS), then eqx_quant
+# with its CUDA kernels (sm_90a), built here or, with EQX_QUANT_WHEEL=<path>, a wheel built on the
 # CPU machine:
 #   pip wheel --no-build-isolation --no-deps -w <dir> . \
 #     -Ccmake.define.EQX_QUANT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90a
@@ -11,14 +11,14 @@
 OUT="${OUT:-/tmp/eqxq_gpu}"
 mkdir -p "${OUT}"
 export PYTHONUNBUFFERED=1
-if ! python3 -c "import beartype" 2>/dev/null || [[ -n "${EQXQ_TEST_WORKERS:-}" ]]; then
+if ! python3 -c "import beartype" 2>/dev/null || [[ -n "${EQX_QUANT_TEST_WORKERS:-}" ]]; then
   rm -rf /tmp/site
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
-if [[ -n "${EQXQ_WHEEL:-}" ]]; then
+if [[ -n "${EQX_QUANT_WHEEL:-}" ]]; then
   rm -rf /tmp/eqxq_site
-  python3 -m pip install -q --no-index --no-deps --target /tmp/eqxq_site "${EQXQ_WHEEL}"
+  python3 -m pip install -q --no-index --no-deps --target /tmp/eqxq_site "${EQX_QUANT_WHEEL}"
   export PYTHONPATH="/tmp/eqxq_site${PYTHONPATH:+:${PYTHONPATH}}"
   rm -rf /tmp/eqxq_tests && mkdir -p /tmp/eqxq_tests
   cp -r tests examples pyproject.toml README.md /tmp/eqxq_tests/

@@ -10,7 +10,7 @@
 namespace eqx_quant {
 
 // ceil(log2(n)) for n >= 1; 0 for n <= 1.
-EQXQ_HOST_DEVICE inline int CeilLog2(int64_t n) {
+EQX_QUANT_HOST_DEVICE inline int CeilLog2(int64_t n) {
   int bits = 0;
   while ((int64_t{1} << bits) < n) ++bits;
   return bits;

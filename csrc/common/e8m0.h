@@ -30,7 +30,7 @@ inline constexpr uint8_t kE8m0NanByte = 0xFF;
 // So 0 -> 0x00, a subnormal v <= 2^-127 -> 0x00, v in (2^-127, 2^-126) ->
 // 0x01, values above 2^127 saturate at 0xFE, +inf -> 0xFE and NaN -> 0xFF.
 // The sign bit of `v` is ignored.
-EQXQ_HOST_DEVICE inline uint8_t E8m0RoundUp(float v) {
+EQX_QUANT_HOST_DEVICE inline uint8_t E8m0RoundUp(float v) {
   const uint32_t bits = FloatToBits(v);
   const uint32_t magnitude = bits & 0x7FFFFFFFu;
   const uint32_t exponent = magnitude >> 23;
@@ -51,15 +51,15 @@ EQXQ_HOST_DEVICE inline uint8_t E8m0RoundUp(float v) {
 // carries into the exponent exactly when the mantissa is nonzero, and the
 // sum's exponent field saturates at 0xFE (a carry out of 0xFE, and +inf).
 // Equal to E8m0RoundUp on all 2^31 - 2^23 + 1 such inputs
-// (kernels/e8m0_test.cc).
-EQXQ_HOST_DEVICE inline uint32_t E8m0RoundUpNonNegative(float v) {
+// (tests/e8m0_test.cc).
+EQX_QUANT_HOST_DEVICE inline uint32_t E8m0RoundUpNonNegative(float v) {
   const uint32_t bits = FloatToBits(v);
   const uint32_t up = (bits + 0x007FFFFFu) >> 23;
   const uint32_t result = up < 0xFEu ? up : 0xFEu;
   return bits <= 0x00400000u ? 0u : result;
 }
 // E8m0ReciprocalScale(e) for e <= 0xFE (== on all 255 such bytes).
-EQXQ_HOST_DEVICE inline float E8m0ReciprocalScaleNotNan(uint32_t e) {
+EQX_QUANT_HOST_DEVICE inline float E8m0ReciprocalScaleNotNan(uint32_t e) {
   const uint32_t bits = (254u - e) << 23;
   return BitsToFloat(e == 0xFEu ? 0x00400000u : bits);
 }
@@ -69,7 +69,7 @@ EQXQ_HOST_DEVICE inline float E8m0ReciprocalScaleNotNan(uint32_t e) {
 // [0, 0xFE]: 2^127 down to 2^-127, which is the f32 subnormal 0x00400000.
 // The NaN byte 0xFF gives NaN, so every element of such a block becomes the
 // FP8 NaN byte, as the reference specifies.
-EQXQ_HOST_DEVICE inline float E8m0ReciprocalScale(uint8_t e) {
+EQX_QUANT_HOST_DEVICE inline float E8m0ReciprocalScale(uint8_t e) {
   const uint32_t biased = 254u - static_cast<uint32_t>(e);  // 127 + (127 - E)
   uint32_t bits = biased << 23;
   bits = e == 0xFEu ? 0x00400000u : bits;
@@ -97,7 +97,7 @@ struct Fp8MaxReciprocal<E5M2> {
 // `block_amax` (0 for a block of zeros or NaNs only), for FP8 format
 // `Format`.
 template <typename Format>
-EQXQ_HOST_DEVICE inline uint8_t Mxfp8BlockScale(float block_amax) {
+EQX_QUANT_HOST_DEVICE inline uint8_t Mxfp8BlockScale(float block_amax) {
   return E8m0RoundUp(block_amax * Fp8MaxReciprocal<Format>::kValue);
 }
 

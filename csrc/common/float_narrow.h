@@ -18,7 +18,7 @@ namespace eqx_quant {
 inline constexpr uint16_t kBf16CanonicalNan = 0x7FC0;
 inline constexpr uint16_t kF16CanonicalNan = 0x7E00;
 
-EQXQ_HOST_DEVICE inline uint16_t FloatToBf16Bits(float value) {
+EQX_QUANT_HOST_DEVICE inline uint16_t FloatToBf16Bits(float value) {
   const uint32_t bits = FloatToBits(value);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return kBf16CanonicalNan;
   // Adding 0x7FFF plus the kept lowest bit rounds to nearest even; a carry
@@ -26,7 +26,7 @@ EQXQ_HOST_DEVICE inline uint16_t FloatToBf16Bits(float value) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
-EQXQ_HOST_DEVICE inline uint16_t FloatToF16Bits(float value) {
+EQX_QUANT_HOST_DEVICE inline uint16_t FloatToF16Bits(float value) {
   const uint32_t bits = FloatToBits(value);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7FFFFFFFu;
@@ -56,8 +56,8 @@ EQXQ_HOST_DEVICE inline uint16_t FloatToF16Bits(float value) {
 
 // out[i] := value in `type` (f32 keeps the bits but makes NaN canonical,
 // 0x7FC00000).
-EQXQ_HOST_DEVICE inline void StoreNarrowed(InputType type, void* out,
-                                           int64_t i, float value) {
+EQX_QUANT_HOST_DEVICE inline void StoreNarrowed(InputType type, void* out,
+                                                int64_t i, float value) {
   switch (type) {
     case InputType::kBF16:
       static_cast<uint16_t*>(out)[i] = FloatToBf16Bits(value);

@@ -49,7 +49,7 @@ struct E5M2 {
 // The byte every NaN input becomes, in both formats.
 inline constexpr uint8_t kFp8NanByte = 0x7F;
 
-EQXQ_HOST_DEVICE inline uint32_t FloatToBits(float value) {
+EQX_QUANT_HOST_DEVICE inline uint32_t FloatToBits(float value) {
   uint32_t bits;
   memcpy(&bits, &value, sizeof(bits));
   return bits;
@@ -60,21 +60,21 @@ EQXQ_HOST_DEVICE inline uint32_t FloatToBits(float value) {
 // keys is the bit pattern of the NaN-ignoring max |x| (fmaxf semantics; 0 if
 // none), exact for subnormals whatever the FPU's denormal mode. (Written with
 // a mask, not a select: GCC 12 vectorises the max reduction only in this form.)
-EQXQ_HOST_DEVICE inline uint32_t AmaxKey(float value) {
+EQX_QUANT_HOST_DEVICE inline uint32_t AmaxKey(float value) {
   const uint32_t magnitude = FloatToBits(value) & 0x7FFFFFFFu;
   const uint32_t not_nan_mask =
       0u - static_cast<uint32_t>(magnitude <= 0x7F800000u);
   return magnitude & not_nan_mask;
 }
 
-EQXQ_HOST_DEVICE inline float BitsToFloat(uint32_t bits) {
+EQX_QUANT_HOST_DEVICE inline float BitsToFloat(uint32_t bits) {
   float value;
   memcpy(&value, &bits, sizeof(value));
   return value;
 }
 
 // The largest finite value of `format`, as an f32.
-EQXQ_HOST_DEVICE inline float Fp8MaxFinite(Fp8Format format) {
+EQX_QUANT_HOST_DEVICE inline float Fp8MaxFinite(Fp8Format format) {
   return BitsToFloat(format == Fp8Format::kE4M3Fn ? E4M3Fn::kMaxFiniteF32Bits
                                                   : E5M2::kMaxFiniteF32Bits);
 }
@@ -84,21 +84,21 @@ EQXQ_HOST_DEVICE inline float Fp8MaxFinite(Fp8Format format) {
 // No epsilon, no clamp: a tiny amax gives an infinite scale. The division is
 // correctly rounded on the host (with the FPU in IEEE mode) and on a device
 // (nvcc's default -prec-div=true, no FTZ).
-EQXQ_HOST_DEVICE inline float ScaleFromAmax(float amax, float fallback,
-                                            Fp8Format format) {
+EQX_QUANT_HOST_DEVICE inline float ScaleFromAmax(float amax, float fallback,
+                                                 Fp8Format format) {
   const uint32_t bits = FloatToBits(amax);
   const bool positive_finite = bits != 0u && bits < 0x7F800000u;
   return positive_finite ? Fp8MaxFinite(format) / amax : fallback;
 }
 
 // bfloat16 is the upper half of an f32: the conversion is a shift.
-EQXQ_HOST_DEVICE inline float Bf16BitsToFloat(uint16_t bits) {
+EQX_QUANT_HOST_DEVICE inline float Bf16BitsToFloat(uint16_t bits) {
   return BitsToFloat(static_cast<uint32_t>(bits) << 16);
 }
 
 // Exact IEEE binary16 -> binary32 conversion, including subnormals, infinities
 // and NaN (the payload is kept and the NaN is made quiet). Branch-free.
-EQXQ_HOST_DEVICE inline float F16BitsToFloat(uint16_t bits) {
+EQX_QUANT_HOST_DEVICE inline float F16BitsToFloat(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
   const uint32_t exponent = (bits >> 10) & 0x1Fu;
   const uint32_t mantissa = bits & 0x3FFu;
@@ -121,8 +121,8 @@ EQXQ_HOST_DEVICE inline float F16BitsToFloat(uint16_t bits) {
 
 // Rounds a non-negative integer `value` right by `shift` bits (1 <= shift <=
 // 31) with round-to-nearest-even.
-EQXQ_HOST_DEVICE inline uint32_t ShiftRightRoundNearestEven(uint32_t value,
-                                                            int shift) {
+EQX_QUANT_HOST_DEVICE inline uint32_t ShiftRightRoundNearestEven(uint32_t value,
+                                                                 int shift) {
   const uint32_t half_minus_one = (1u << (shift - 1)) - 1u;
   const uint32_t odd = (value >> shift) & 1u;
   return (value + half_minus_one + odd) >> shift;
@@ -136,7 +136,7 @@ EQXQ_HOST_DEVICE inline uint32_t ShiftRightRoundNearestEven(uint32_t value,
 // vectorised; the only per-element variable shift is in the subnormal
 // candidate.
 template <typename Format>
-EQXQ_HOST_DEVICE inline uint8_t FloatToFp8(float value) {
+EQX_QUANT_HOST_DEVICE inline uint8_t FloatToFp8(float value) {
   constexpr int kDroppedBits = 23 - Format::kMantissaBits;
   // Smallest unbiased exponent of a normal FP8 number, and its f32 bits.
   constexpr int kMinNormalExponent = 1 - Format::kExponentBias;
@@ -177,11 +177,11 @@ EQXQ_HOST_DEVICE inline uint8_t FloatToFp8(float value) {
   return static_cast<uint8_t>(result);
 }
 
-EQXQ_HOST_DEVICE inline uint8_t FloatToE4M3Fn(float value) {
+EQX_QUANT_HOST_DEVICE inline uint8_t FloatToE4M3Fn(float value) {
   return FloatToFp8<E4M3Fn>(value);
 }
 
-EQXQ_HOST_DEVICE inline uint8_t FloatToE5M2(float value) {
+EQX_QUANT_HOST_DEVICE inline uint8_t FloatToE5M2(float value) {
   return FloatToFp8<E5M2>(value);
 }
 

@@ -7,7 +7,7 @@
 //   n / d == floor(n (2^32 + magic) / 2^(32 + l))
 //         == (floor(n magic / 2^32) + n) >> l   for 0 <= n < 2^32,
 // and for n < 2^31 the sum stays below 2^32. Tested by
-// csrc/kernels/magic_division_test.cc.
+// csrc/tests/magic_division_test.cc.
 
 #ifndef EQX_QUANT_CSRC_COMMON_MAGIC_DIVISION_H_
 #define EQX_QUANT_CSRC_COMMON_MAGIC_DIVISION_H_
@@ -33,7 +33,8 @@ inline MagicDivisor MakeMagicDivisor(uint32_t d) {
 }
 
 // n / d for 0 <= n < 2^31.
-EQXQ_HOST_DEVICE inline uint32_t MagicQuotient(uint32_t n, MagicDivisor d) {
+EQX_QUANT_HOST_DEVICE inline uint32_t MagicQuotient(uint32_t n,
+                                                    MagicDivisor d) {
 #if defined(__CUDA_ARCH__)
   const uint32_t high = __umulhi(n, d.magic);
 #else

@@ -35,7 +35,7 @@ inline constexpr uint8_t kE2M1NanCode = 0x7;
 // 5 -> 6). |y| > 5 and inf give 7; the sign is kept (also for zero); NaN
 // gives 0x7. Compares the magnitude bits, so it vectorises and is immune to
 // denormals-are-zero.
-EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1(float value) {
+EQX_QUANT_HOST_DEVICE inline uint8_t FloatToE2M1(float value) {
   const uint32_t bits = FloatToBits(value);
   // The magnitude is < 2^31: signed compares (one instruction per lane).
   const int32_t magnitude = static_cast<int32_t>(bits & kF32MagnitudeMask);
@@ -66,8 +66,8 @@ EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1(float value) {
 // and the threshold is ceil(frac / 2^(f - 24)). Shifts are clamped to [0, 31],
 // which changes nothing because sig < 2^24 (and huge a saturate anyway).
 // Branch-free (selects only), so a loop over it vectorises.
-EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
-                                                      uint32_t r) {
+EQX_QUANT_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
+                                                           uint32_t r) {
   const uint32_t bits = FloatToBits(value);
   const uint32_t magnitude = bits & kF32MagnitudeMask;
   const uint32_t sign = (bits >> 28) & 0x8u;
@@ -102,7 +102,7 @@ EQXQ_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
 }
 
 // f32 value of an E4M3 (fn) byte; 0x7F / 0xFF are NaN. Exact.
-EQXQ_HOST_DEVICE inline float E4M3ToFloat(uint8_t byte) {
+EQX_QUANT_HOST_DEVICE inline float E4M3ToFloat(uint8_t byte) {
   const uint32_t sign = static_cast<uint32_t>(byte & 0x80u) << 24;
   const uint32_t exponent = (byte >> 3) & 0xFu;
   const uint32_t mantissa = byte & 0x7u;
@@ -128,7 +128,8 @@ struct Nvfp4TensorScale {
   float s_dec;
 };
 
-EQXQ_HOST_DEVICE inline Nvfp4TensorScale MakeNvfp4TensorScale(float amax_g) {
+EQX_QUANT_HOST_DEVICE inline Nvfp4TensorScale MakeNvfp4TensorScale(
+    float amax_g) {
   uint32_t s = FloatToBits(kGlobalEncodeNumerator / amax_g);
   const bool s_nan = (s & kF32MagnitudeMask) > kF32InfBits;
   s = (s_nan || s == kF32InfBits) ? kF32MaxBits : s;
@@ -142,8 +143,8 @@ EQXQ_HOST_DEVICE inline Nvfp4TensorScale MakeNvfp4TensorScale(float amax_g) {
 }
 
 // The stored E4M3 scale byte of a block: e4m3_RN_sat(fl(block_amax * factor)).
-EQXQ_HOST_DEVICE inline uint8_t Nvfp4ScaleByte(float block_amax,
-                                               const Nvfp4TensorScale& t) {
+EQX_QUANT_HOST_DEVICE inline uint8_t Nvfp4ScaleByte(float block_amax,
+                                                    const Nvfp4TensorScale& t) {
   return FloatToFp8<E4M3Fn>(block_amax * t.factor);
 }
 
@@ -151,8 +152,8 @@ EQXQ_HOST_DEVICE inline uint8_t Nvfp4ScaleByte(float block_amax,
 // fl(1 / fl(float(sdb) * s_dec)), capped at FLT_MAX by an unsigned compare of
 // the bit patterns (an infinite or NaN quotient, e.g. of a zero block, gives
 // FLT_MAX, as does any quotient with the sign bit set).
-EQXQ_HOST_DEVICE inline float Nvfp4EncodeMultiplier(uint8_t sdb,
-                                                    const Nvfp4TensorScale& t) {
+EQX_QUANT_HOST_DEVICE inline float Nvfp4EncodeMultiplier(
+    uint8_t sdb, const Nvfp4TensorScale& t) {
   const float denominator = E4M3ToFloat(sdb) * t.s_dec;
   const uint32_t enc = FloatToBits(1.0f / denominator);
   return BitsToFloat(enc < kF32MaxBits ? enc : kF32MaxBits);

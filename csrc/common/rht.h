@@ -22,7 +22,7 @@ inline constexpr int kRhtSize = 16;
 inline constexpr int64_t kDefaultRhtSignMask = 0xD7E8;
 
 // R[i][j] (exactly +-0.25) for the sign mask `sign_mask` (bits 0..15).
-EQXQ_HOST_DEVICE inline float RhtEntry(uint32_t sign_mask, int i, int j) {
+EQX_QUANT_HOST_DEVICE inline float RhtEntry(uint32_t sign_mask, int i, int j) {
   const uint32_t both = static_cast<uint32_t>(i & j);  // 4 bits
   const uint32_t parity =
       (both ^ (both >> 1) ^ (both >> 2) ^ (both >> 3) ^ (sign_mask >> i)) & 1u;
@@ -31,7 +31,7 @@ EQXQ_HOST_DEVICE inline float RhtEntry(uint32_t sign_mask, int i, int j) {
 
 // The bfloat16 rounding of an f32 (round to nearest even, overflow to inf,
 // NaN -> 0x7FC0), returned as the f32 with that value (low 16 bits zero).
-EQXQ_HOST_DEVICE inline float RoundToBf16(float value) {
+EQX_QUANT_HOST_DEVICE inline float RoundToBf16(float value) {
   const uint32_t bits = FloatToBits(value);
   const uint32_t rounded =
       (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
@@ -40,7 +40,7 @@ EQXQ_HOST_DEVICE inline float RoundToBf16(float value) {
 }
 
 // The pairwise sum T(p[0..16)) = (((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)))+...
-EQXQ_HOST_DEVICE inline float PairwiseSum16(const float* p) {
+EQX_QUANT_HOST_DEVICE inline float PairwiseSum16(const float* p) {
   float level1[8];
   for (int i = 0; i < 8; ++i) level1[i] = p[2 * i] + p[2 * i + 1];
   float level2[4];
@@ -56,7 +56,7 @@ struct RhtMatrix {
   float col[kRhtSize][kRhtSize];
 };
 
-EQXQ_HOST_DEVICE inline RhtMatrix MakeRhtMatrix(uint32_t sign_mask) {
+EQX_QUANT_HOST_DEVICE inline RhtMatrix MakeRhtMatrix(uint32_t sign_mask) {
   RhtMatrix m;
   for (int j = 0; j < kRhtSize; ++j) {
     for (int i = 0; i < kRhtSize; ++i) m.col[j][i] = RhtEntry(sign_mask, i, j);
@@ -65,8 +65,8 @@ EQXQ_HOST_DEVICE inline RhtMatrix MakeRhtMatrix(uint32_t sign_mask) {
 }
 
 // v' = RHT(v) for one group of 16 values, each output rounded to bf16.
-EQXQ_HOST_DEVICE inline void Rht16(const RhtMatrix& m, const float* v,
-                                   float* out) {
+EQX_QUANT_HOST_DEVICE inline void Rht16(const RhtMatrix& m, const float* v,
+                                        float* out) {
   for (int j = 0; j < kRhtSize; ++j) {
     float p[kRhtSize];
     for (int i = 0; i < kRhtSize; ++i) p[i] = v[i] * m.col[j][i];

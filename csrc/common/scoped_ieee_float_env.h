@@ -18,9 +18,9 @@
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__SSE__)
 #include <xmmintrin.h>
-#define EQXQ_FLOAT_ENV_SSE 1
+#define EQX_QUANT_FLOAT_ENV_SSE 1
 #elif defined(__aarch64__)
-#define EQXQ_FLOAT_ENV_AARCH64 1
+#define EQX_QUANT_FLOAT_ENV_AARCH64 1
 #endif
 
 namespace eqx_quant {
@@ -28,12 +28,12 @@ namespace eqx_quant {
 class ScopedIeeeFloatEnv {
  public:
   ScopedIeeeFloatEnv() {
-#if defined(EQXQ_FLOAT_ENV_SSE)
+#if defined(EQX_QUANT_FLOAT_ENV_SSE)
     saved_ = _mm_getcsr();
     _mm_setcsr(static_cast<unsigned int>(
         saved_ &
         ~(kMxcsrFlushToZero | kMxcsrDenormalsAreZero | kMxcsrRoundingControl)));
-#elif defined(EQXQ_FLOAT_ENV_AARCH64)
+#elif defined(EQX_QUANT_FLOAT_ENV_AARCH64)
     uint64_t fpcr;
     __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
     saved_ = fpcr;
@@ -43,9 +43,9 @@ class ScopedIeeeFloatEnv {
   }
 
   ~ScopedIeeeFloatEnv() {
-#if defined(EQXQ_FLOAT_ENV_SSE)
+#if defined(EQX_QUANT_FLOAT_ENV_SSE)
     _mm_setcsr(static_cast<unsigned int>(saved_));
-#elif defined(EQXQ_FLOAT_ENV_AARCH64)
+#elif defined(EQX_QUANT_FLOAT_ENV_AARCH64)
     __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_));
 #endif
   }

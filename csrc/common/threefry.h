@@ -18,13 +18,14 @@ namespace eqx_quant {
 // The key schedule's parity constant.
 inline constexpr uint32_t kThreefryParity = 0x1BD11BDAu;
 
-EQXQ_HOST_DEVICE inline uint32_t RotateLeft32(uint32_t value, int amount) {
+EQX_QUANT_HOST_DEVICE inline uint32_t RotateLeft32(uint32_t value, int amount) {
   return (value << amount) | (value >> (32 - amount));
 }
 
 // Four rounds of one group: x0 += x1; x1 = rotl(x1, r) ^ x0.
-EQXQ_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1, int r0,
-                                           int r1, int r2, int r3) {
+EQX_QUANT_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1,
+                                                int r0, int r1, int r2,
+                                                int r3) {
   x0 += x1;
   x1 = RotateLeft32(x1, r0) ^ x0;
   x0 += x1;
@@ -39,12 +40,11 @@ EQXQ_HOST_DEVICE inline void ThreefryGroup(uint32_t& x0, uint32_t& x1, int r0,
 // plus 1): arithmetic by it stays a multiply (IMAD, FMUL) on the FMA pipe
 // instead of becoming an add, mask or shift on the ALU pipe, which the SR
 // kernels fill (Threefry's rotations and xors; the ALU pipe is half of an SM
-// sub-partition's integer throughput, docs/performance_log.md). Here: the key
-// injections x = x * one + k, which as plain adds ptxas fused into the next
-// round's add as 3-input IADD3s (45 instead of 40 ALU instructions per
-// call); also E2M1StochasticSum (kernels/nvfp4_stochastic_cuda_math.cuh). The
-// same bits.
-EQXQ_HOST_DEVICE inline uint32_t OpaqueOne() {
+// sub-partition's integer throughput). Here: the key injections
+// x = x * one + k, which as plain adds ptxas would fuse into the next round's
+// add as 3-input IADD3s (more ALU instructions per call); also
+// E2M1StochasticSum (nvfp4/stochastic_math_cuda.cuh). The same bits.
+EQX_QUANT_HOST_DEVICE inline uint32_t OpaqueOne() {
 #if defined(__CUDA_ARCH__)
   uint32_t lane;
   asm("mov.u32 %0, %%laneid;" : "=r"(lane));
@@ -58,9 +58,9 @@ EQXQ_HOST_DEVICE inline uint32_t OpaqueOne() {
 // both output words. Five groups of four rounds, rotations (13, 15, 26, 6)
 // for the even groups and (17, 29, 16, 24) for the odd ones, each group
 // followed by the key injection x0 += ks[(g+1)%3], x1 += ks[(g+2)%3] + g + 1.
-EQXQ_HOST_DEVICE inline void Threefry2x32(uint32_t k0, uint32_t k1,
-                                          uint32_t c0, uint32_t c1,
-                                          uint32_t& out0, uint32_t& out1) {
+EQX_QUANT_HOST_DEVICE inline void Threefry2x32(uint32_t k0, uint32_t k1,
+                                               uint32_t c0, uint32_t c1,
+                                               uint32_t& out0, uint32_t& out1) {
   const uint32_t k2 = k0 ^ k1 ^ kThreefryParity;
   const uint32_t one = OpaqueOne();
   uint32_t x0 = c0 + k0;
@@ -91,8 +91,8 @@ inline constexpr uint32_t kColwiseStream = 1;
 
 // The high counter word of the octet `octet` in `stream`: hi32(octet) |
 // stream << 31 (the low word is lo32(octet)).
-EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingCounterHigh(uint64_t octet,
-                                                               uint32_t stream) {
+EQX_QUANT_HOST_DEVICE inline uint32_t StochasticRoundingCounterHigh(
+    uint64_t octet, uint32_t stream) {
   return static_cast<uint32_t>(octet >> 32) | ((stream & 1u) << 31);
 }
 
@@ -100,28 +100,29 @@ EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingCounterHigh(uint64_t octet,
 // 8 octet .. 8 octet + 7: threefry2x32(key, (lo32(octet), hi32(octet) |
 // stream << 31)). Word 0 holds the random bytes of the first four (index
 // 8 octet in its low byte), word 1 those of the last four.
-EQXQ_HOST_DEVICE inline void StochasticRoundingOctet(uint32_t k0, uint32_t k1,
-                                                     uint64_t octet,
-                                                     uint32_t stream,
-                                                     uint32_t& word0,
-                                                     uint32_t& word1) {
+EQX_QUANT_HOST_DEVICE inline void StochasticRoundingOctet(uint32_t k0,
+                                                          uint32_t k1,
+                                                          uint64_t octet,
+                                                          uint32_t stream,
+                                                          uint32_t& word0,
+                                                          uint32_t& word1) {
   Threefry2x32(k0, k1, static_cast<uint32_t>(octet),
                StochasticRoundingCounterHigh(octet, stream), word0, word1);
 }
 
 // The random byte (0..255) of the index `index` among its octet's words.
-EQXQ_HOST_DEVICE inline uint32_t OctetByte(uint32_t word0, uint32_t word1,
-                                           uint64_t index) {
+EQX_QUANT_HOST_DEVICE inline uint32_t OctetByte(uint32_t word0, uint32_t word1,
+                                                uint64_t index) {
   const uint32_t word = (index & 4u) ? word1 : word0;
   return (word >> (8u * static_cast<uint32_t>(index & 3u))) & 0xFFu;
 }
 
 // The random byte of the element of index `index` (one Threefry call; where
 // a loop holds a whole octet, StochasticRoundingOctet serves it with one).
-EQXQ_HOST_DEVICE inline uint32_t StochasticRoundingByte(uint32_t k0,
-                                                        uint32_t k1,
-                                                        uint64_t index,
-                                                        uint32_t stream) {
+EQX_QUANT_HOST_DEVICE inline uint32_t StochasticRoundingByte(uint32_t k0,
+                                                             uint32_t k1,
+                                                             uint64_t index,
+                                                             uint32_t stream) {
   uint32_t word0;
   uint32_t word1;
   StochasticRoundingOctet(k0, k1, index >> 3, stream, word0, word1);

@@ -1,12 +1,13 @@
 // CUDA-event timing for `python -m eqx_quant.bench` (not a quantize op: it is
-// registered by eqx_quant/bench.py itself, not by eqx_quant/_ops/_ffi.py).
+// registered by eqx_quant/bench/_timing.py itself, not by
+// eqx_quant/_ops/_ffi.py).
 //
 // BenchEventCuda (FFI target eqx_quant_bench_event_cuda): records the CUDA
 //   event of slot `slot` on XLA's stream and passes its first operand (a small
-//   token) through to its result. bench.py aliases the result to that operand
-//   (input_output_aliases={0: 0}), so the pass-through is free; were the two
-//   buffers distinct, the bytes are copied first (cudaMemcpyAsync), so that
-//   the copy lies before the event, never after it. Any further operands are
+//   token) through to its result. _timing.py aliases the result to that
+//   operand (input_output_aliases={0: 0}), so the pass-through is free; were
+//   the two buffers distinct, the bytes are copied first (cudaMemcpyAsync), so
+//   that the copy lies before the event, never after it. Any further operands are
 //   never touched: they only make the event depend on their producers (the
 //   outputs of the timed op), which XLA must then finish, in their default
 //   layout, before the event.
@@ -181,12 +182,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Ret<xla::ffi::AnyBuffer>()
         .Attr<int64_t>("ns"));
 
-#define EQXQ_BENCH_EXPORT extern "C" __attribute__((visibility("default")))
+#define EQX_QUANT_BENCH_EXPORT extern "C" __attribute__((visibility("default")))
 
 // 0 on success; a cudaError_t value (> 0) when CUDA fails; -1 for a slot out
 // of range or a null `ms`; -2 when slot a or b was not recorded since the last
 // EqxqBenchReset; -3 when they were recorded on different devices.
-EQXQ_BENCH_EXPORT int EqxqBenchElapsedMs(int64_t a, int64_t b, float* ms) {
+EQX_QUANT_BENCH_EXPORT int EqxqBenchElapsedMs(int64_t a, int64_t b, float* ms) {
   using eqx_quant::kSlots;
   if (ms == nullptr || a < 0 || a >= kSlots || b < 0 || b >= kSlots) {
     return eqx_quant::kBadSlot;
@@ -223,7 +224,7 @@ EQXQ_BENCH_EXPORT int EqxqBenchElapsedMs(int64_t a, int64_t b, float* ms) {
 
 // Forgets every recording (the events themselves are kept for reuse). Call it
 // only while no timed computation is in flight. Returns 0.
-EQXQ_BENCH_EXPORT int EqxqBenchReset(void) {
+EQX_QUANT_BENCH_EXPORT int EqxqBenchReset(void) {
   eqx_quant::EventPool& pool = eqx_quant::Pool();
   std::lock_guard<std::mutex> lock(pool.mutex);
   for (int64_t slot = 0; slot < eqx_quant::kSlots; ++slot) {
@@ -233,4 +234,6 @@ EQXQ_BENCH_EXPORT int EqxqBenchReset(void) {
 }
 
 // The number of event slots (slot attributes must be in [0, this)).
-EQXQ_BENCH_EXPORT int64_t EqxqBenchSlots(void) { return eqx_quant::kSlots; }
+EQX_QUANT_BENCH_EXPORT int64_t EqxqBenchSlots(void) {
+  return eqx_quant::kSlots;
+}

@@ -1,5 +1,6 @@
-// The FFI error of a CUDA launch sequence that did not succeed, shared by the
-// CUDA handlers: "<target>: <what>" when no CUDA call failed (the problem is
+// What the CUDA handlers share besides the preamble: the binding of XLA's
+// CUDA stream, and the FFI error of a CUDA launch sequence that did not
+// succeed: "<target>: <what>" when no CUDA call failed (the problem is
 // outside what the kernels do; the caller picks the error code), else
 // "<target>: <what> failed: <CUDA error name>: <CUDA error text>" (Internal).
 
@@ -14,6 +15,12 @@
 
 namespace eqx_quant {
 
+// Ffi::Bind() with XLA's CUDA stream as the context parameter: pass it to a
+// family's Bind<Op>Operands for the CUDA handler.
+inline auto BindCudaStream() {
+  return xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>();
+}
+
 // cuda_error: the cudaError_t as int (0: no CUDA call failed).
 inline xla::ffi::Error CudaLaunchError(const char* target, const char* what,
                                        int cuda_error,
@@ -26,6 +33,16 @@ inline xla::ffi::Error CudaLaunchError(const char* target, const char* what,
   return xla::ffi::Error::Internal(std::string(target) + ": " + what +
                                    " failed: " + cudaGetErrorName(error) +
                                    ": " + cudaGetErrorString(error));
+}
+
+// The error of a launcher's status (any status struct with ok, cuda_error and
+// what): success, or CudaLaunchError with `without_cuda_error`.
+template <typename Status>
+xla::ffi::Error LaunchStatusError(const char* target, const Status& status,
+                                  xla::ffi::ErrorCode without_cuda_error) {
+  if (status.ok) return xla::ffi::Error::Success();
+  return CudaLaunchError(target, status.what, status.cuda_error,
+                         without_cuda_error);
 }
 
 }  // namespace eqx_quant

@@ -7,7 +7,7 @@ contracted axis, so the copy is chosen by the contracting dims, never guessed.
 
 - Per-tensor FP8: `dot_general(data_l, data_r, preferred_element_type=float32)` times
   `scale_inv_l * scale_inv_r`, as TE's JAX GEMM does without its kernel; XLA's GEMM
-  rewriter sends FP8 dots to cuBLASLt's FP8 GEMM on Hopper (tests/test_cuda_gemm.py).
+  rewriter sends FP8 dots to cuBLASLt's FP8 GEMM on Hopper (tests/cuda/test_cuda_gemm.py).
 - MXFP8 / NVFP4: each operand's payload times its block scales, exact in bfloat16, goes into
   a bfloat16 GEMM with float32 sums, and NVFP4's two FP32 global scales multiply the product
   (`_operands.py`). Hopper has no block-scaled MMA; this is the product a block-scaled

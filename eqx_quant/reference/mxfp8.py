@@ -11,7 +11,7 @@ Structure: the layout work (padding, blocking, transposes) is plain JAX around "
 (`_mx_encode_core`, `decode_blocks`) that do all the bit-level arithmetic on flat
 `(blocks, 32)` arrays, each block independent. The bit-level graphs take seconds to compile
 on XLA:CPU, the layout graphs milliseconds, so tests compile each core once and reach it for
-every shape through a callback (tests/test_block_reference.py).
+every shape through a callback (tests/block/test_block_reference.py).
 
 Also home of the helpers shared with `nvfp4.py`: the generic round-to-nearest-even encoder
 `encode_float_bits`, exact casts to bf16/f16, the NaN-ignoring block amax and byte views.

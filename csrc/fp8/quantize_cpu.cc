@@ -1,0 +1,338 @@
+#include "fp8/quantize_cpu.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/cpu_input.h"
+#include "common/float_narrow.h"
+#include "common/fp8_format.h"
+#include "common/fp8_quantize_problem.h"
+#include "common/tree_sum.h"
+
+namespace eqx_quant::cpu {
+namespace {
+
+// An example is processed in panels of up to kPanelCols columns (whole rows
+// when only the rowwise cast is asked for). Within a panel the rows are read
+// in increasing order, so x is streamed in runs of kPanelCols elements.
+constexpr int64_t kPanelCols = 2048;
+// The colwise (transposed) output is produced kTileRows rows at a time: the
+// FP8 bytes of kTileRows consecutive rows of the panel are staged in a buffer,
+// then written out transposed, one contiguous kTileRows-byte run (one cache
+// line) per output row. The staging rows are padded by kStagingPad bytes so
+// that reading a staged column does not hit a single L1 set.
+constexpr int64_t kTileRows = 64;
+constexpr int64_t kStagingPad = 64;
+
+// The element loop: converts `count` inputs, casts float(x) * scale to FP8
+// into `bytes`, optionally stores float(x) in `values`, and returns the
+// running amax key. Branch-free per element so that it vectorises; the FP8
+// rounding needs per-lane variable shifts, which x86-64's baseline SSE2
+// lacks, so on x86-64 an AVX2 copy is also compiled and picked at run time.
+template <typename Input, typename Format, bool kKeepValues>
+inline __attribute__((always_inline)) uint32_t QuantizeSpanBody(
+    const typename Input::Storage* __restrict src, int64_t count, float scale,
+    uint8_t* __restrict bytes, float* __restrict values, uint32_t amax_key) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float value = Input::ToFloat(src[j]);
+    if constexpr (kKeepValues) values[j] = value;
+    amax_key = std::max(amax_key, AmaxKey(value));
+    bytes[j] = FloatToFp8<Format>(value * scale);
+  }
+  return amax_key;
+}
+
+template <typename Input>
+using QuantizeSpanFn = uint32_t (*)(const typename Input::Storage*, int64_t,
+                                    float, uint8_t*, float*, uint32_t);
+
+template <typename Input, typename Format, bool kKeepValues>
+uint32_t QuantizeSpanGeneric(const typename Input::Storage* src, int64_t count,
+                             float scale, uint8_t* bytes, float* values,
+                             uint32_t amax_key) {
+  return QuantizeSpanBody<Input, Format, kKeepValues>(src, count, scale, bytes,
+                                                      values, amax_key);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define EQX_QUANT_CPU_AVX2_VARIANT 1
+template <typename Input, typename Format, bool kKeepValues>
+__attribute__((target("avx2"))) uint32_t
+QuantizeSpanAvx2(const typename Input::Storage* src, int64_t count, float scale,
+                 uint8_t* bytes, float* values, uint32_t amax_key) {
+  return QuantizeSpanBody<Input, Format, kKeepValues>(src, count, scale, bytes,
+                                                      values, amax_key);
+}
+#endif
+
+// The fastest element loop this CPU can run.
+template <typename Input, typename Format, bool kKeepValues>
+QuantizeSpanFn<Input> SelectQuantizeSpan() {
+#if defined(EQX_QUANT_CPU_AVX2_VARIANT)
+  if (__builtin_cpu_supports("avx2")) {
+    return &QuantizeSpanAvx2<Input, Format, kKeepValues>;
+  }
+#endif
+  return &QuantizeSpanGeneric<Input, Format, kKeepValues>;
+}
+
+// Quantizes one example, a panel of columns at a time. Within a panel the
+// rows must be visited in increasing order (directly, or as the leaves of the
+// dbias tree), each exactly once.
+template <typename Input, typename Format, bool kKeepValues>
+class PanelQuantizer {
+ public:
+  // `staging` must hold kTileRows * (kPanelCols + kStagingPad) bytes if
+  // col_out is non-null, and a panel row if both outputs are null.
+  PanelQuantizer(const typename Input::Storage* x, int64_t rows, int64_t cols,
+                 float scale, uint8_t* row_out, uint8_t* col_out,
+                 uint8_t* staging)
+      : x_(x),
+        rows_(rows),
+        cols_(cols),
+        scale_(scale),
+        row_out_(row_out),
+        col_out_(col_out),
+        staging_(staging),
+        quantize_span_(SelectQuantizeSpan<Input, Format, kKeepValues>()) {}
+
+  void StartPanel(int64_t first_col, int64_t width) {
+    first_col_ = first_col;
+    width_ = width;
+    tile_rows_ = 0;
+  }
+
+  // Processes columns [first_col, first_col + width) of row r, the next row
+  // of the panel. Writes float(x) to `values` if kKeepValues.
+  void operator()(int64_t r, float* values) {
+    const typename Input::Storage* src = x_ + r * cols_ + first_col_;
+    if (col_out_ == nullptr) {  // rowwise only: cast straight into `row`
+      // (no output at all, dbias only: into the staging row, dropped)
+      uint8_t* dst = row_out_ != nullptr ? row_out_ + r * cols_ + first_col_
+                                         : staging_;
+      amax_key_ = quantize_span_(src, width_, scale_, dst, values, amax_key_);
+      return;
+    }
+    if (tile_rows_ == 0) tile_first_row_ = r;
+    uint8_t* staged = staging_ + tile_rows_ * kStagingStride;
+    amax_key_ = quantize_span_(src, width_, scale_, staged, values, amax_key_);
+    if (row_out_ != nullptr) {
+      std::memcpy(row_out_ + r * cols_ + first_col_, staged, width_);
+    }
+    if (++tile_rows_ == kTileRows) FlushTile();
+  }
+
+  // Call after the last row of a panel.
+  void FinishPanel() {
+    if (tile_rows_ > 0) FlushTile();
+  }
+
+  float amax() const { return BitsToFloat(amax_key_); }
+
+ private:
+  static constexpr int64_t kStagingStride = kPanelCols + kStagingPad;
+
+  // Writes the staged rows [tile_first_row, + tile_rows) to the transposed
+  // output: col[(first_col + j) * rows + tile_first_row + i] = staged[i][j].
+  void FlushTile() {
+    for (int64_t j = 0; j < width_; ++j) {
+      uint8_t* __restrict dst =
+          col_out_ + (first_col_ + j) * rows_ + tile_first_row_;
+      const uint8_t* __restrict src = staging_ + j;
+      for (int64_t i = 0; i < tile_rows_; ++i) dst[i] = src[i * kStagingStride];
+    }
+    tile_rows_ = 0;
+  }
+
+  const typename Input::Storage* x_;
+  int64_t rows_;
+  int64_t cols_;
+  float scale_;
+  uint8_t* row_out_;
+  uint8_t* col_out_;
+  uint8_t* staging_;
+  QuantizeSpanFn<Input> quantize_span_;
+  int64_t first_col_ = 0;
+  int64_t width_ = 0;
+  uint32_t amax_key_ = 0;
+  int64_t tile_first_row_ = 0;
+  int64_t tile_rows_ = 0;
+};
+
+// Buffers reused across the examples of one call.
+struct Workspace {
+  std::vector<uint8_t> staging;  // transposition staging
+  std::vector<float> tree;       // dbias tree partial vectors
+};
+
+template <typename Input, typename Format, bool kKeepValues>
+void QuantizeExample(const Fp8QuantizeProblem& problem,
+                     const typename Input::Storage* x, float scale,
+                     uint8_t* row_out, uint8_t* col_out, float* dbias_out,
+                     Workspace& workspace, float* amax_out) {
+  const int64_t rows = problem.rows;
+  const int64_t cols = problem.cols;
+  if (col_out != nullptr || row_out == nullptr) {
+    workspace.staging.resize(kTileRows * (kPanelCols + kStagingPad));
+  }
+  PanelQuantizer<Input, Format, kKeepValues> quantizer(
+      x, rows, cols, scale, row_out, col_out, workspace.staging.data());
+  // (No output at all comes only with dbias, i.e. kKeepValues.)
+  const int64_t panel = (col_out != nullptr || kKeepValues)
+                            ? kPanelCols
+                            : std::max<int64_t>(cols, 1);
+
+  if constexpr (!kKeepValues) {
+    for (int64_t first_col = 0; first_col < cols; first_col += panel) {
+      quantizer.StartPanel(first_col, std::min(panel, cols - first_col));
+      for (int64_t r = 0; r < rows; ++r) quantizer(r, nullptr);
+      quantizer.FinishPanel();
+    }
+  } else {
+    // For every panel and every kept row index, the nested tree over the
+    // reduced axes; its leaves are the rows, in increasing order.
+    const int64_t* reduced_dims = problem.dbias_reduced_dims.data();
+    const int num_reduced = static_cast<int>(problem.dbias_reduced_dims.size());
+    int64_t reduced_rows = 1;
+    for (int64_t dim : problem.dbias_reduced_dims) reduced_rows *= dim;
+    const int64_t split = problem.dbias_split;
+    const int64_t vectors = std::max<int64_t>(
+        {1, NestedTreeSumScratchVectors(reduced_dims, num_reduced),
+         TreeSumDepth(split)});
+    workspace.tree.resize(static_cast<size_t>(vectors * panel));
+    // Node p of the split axis covers [p*n/P, (p+1)*n/P) (P divides n); the
+    // node's tree is the nested tree with the split axis shortened to it.
+    const int64_t split_len = num_reduced > 0 ? reduced_dims[0] : 1;
+    const int64_t rows_per_index =
+        split_len > 0 ? reduced_rows / split_len : 0;
+    std::vector<int64_t> node_dims(reduced_dims, reduced_dims + num_reduced);
+    for (int64_t first_col = 0; first_col < cols; first_col += panel) {
+      const int64_t width = std::min(panel, cols - first_col);
+      quantizer.StartPanel(first_col, width);
+      for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
+        for (int64_t p = 0; p < split; ++p) {
+          const int64_t begin = (p * split_len + split - 1) / split;
+          const int64_t end = ((p + 1) * split_len + split - 1) / split;
+          if (num_reduced > 0) node_dims[0] = end - begin;
+          NestedTreeSum(node_dims.data(), num_reduced,
+                        kept * reduced_rows + begin * rows_per_index, width,
+                        quantizer,
+                        dbias_out + (kept * split + p) * cols + first_col,
+                        workspace.tree.data());
+        }
+        // Node 0 := the tree over the split nodes, which is the whole axis'
+        // tree (the nodes are its depth-log2(split) subtrees); the other
+        // nodes stay as they are.
+        if (split > 1) {
+          float* const nodes = dbias_out + kept * split * cols + first_col;
+          auto node = [&](int64_t p, float* out, float* /*free_scratch*/) {
+            const float* src = nodes + p * cols;
+            if (out != src) std::copy(src, src + width, out);
+          };
+          TreeSum(0, split, width, node, nodes, workspace.tree.data());
+        }
+      }
+      quantizer.FinishPanel();
+    }
+  }
+  *amax_out = quantizer.amax();
+}
+
+// NaN results are written as the canonical quiet NaN 0x7FC00000 (whatever the
+// payload of the NaN that produced them), so every implementation agrees.
+void CanonicalizeNans(float* values, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (values[i] != values[i]) {
+      const uint32_t quiet_nan = 0x7FC00000u;
+      std::memcpy(&values[i], &quiet_nan, sizeof(float));
+    }
+  }
+}
+
+// max |x| over `count` inputs, ignoring NaN (a pass of its own: current
+// scaling needs it before the cast).
+template <typename Input>
+float SpanAmax(const typename Input::Storage* src, int64_t count) {
+  uint32_t key = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    key = std::max(key, AmaxKey(Input::ToFloat(src[j])));
+  }
+  return BitsToFloat(key);
+}
+
+template <typename Input, typename Format>
+void QuantizeAll(const Fp8QuantizeProblem& problem,
+                 const Fp8QuantizeBuffers& buffers) {
+  const int64_t elements = problem.rows * problem.cols;
+  const int64_t dbias_elements =
+      problem.dbias_kept_rows * problem.dbias_split * problem.cols;
+  const auto* x = static_cast<const typename Input::Storage*>(buffers.x);
+  Workspace workspace;
+  for (int64_t b = 0; b < problem.batch; ++b) {
+    const float scale =
+        problem.scale_from_amax
+            ? ScaleFromAmax(SpanAmax<Input>(x + b * elements, elements),
+                            buffers.scale[b], problem.format)
+            : buffers.scale[b];
+    buffers.scale_inv[b] = 1.0f / scale;
+    CanonicalizeNans(buffers.scale_inv + b, 1);
+    uint8_t* row = problem.rowwise ? buffers.row + b * elements : nullptr;
+    uint8_t* col = problem.colwise ? buffers.col + b * elements : nullptr;
+    if (problem.with_dbias) {
+      QuantizeExample<Input, Format, true>(
+          problem, x + b * elements, scale, row, col,
+          buffers.dbias + b * dbias_elements, workspace, buffers.amax + b);
+      CanonicalizeNans(buffers.dbias + b * dbias_elements, dbias_elements);
+      if (problem.dbias_cast) {
+        // Node 0 of each kept row's tree, in the input type.
+        const float* nodes = buffers.dbias + b * dbias_elements;
+        const int64_t first = b * problem.dbias_kept_rows * problem.cols;
+        for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
+          for (int64_t c = 0; c < problem.cols; ++c) {
+            StoreNarrowed(problem.input_type, buffers.dbias_cast,
+                          first + kept * problem.cols + c,
+                          nodes[kept * problem.dbias_split * problem.cols + c]);
+          }
+        }
+      }
+    } else {
+      QuantizeExample<Input, Format, false>(problem, x + b * elements, scale,
+                                            row, col, nullptr, workspace,
+                                            buffers.amax + b);
+    }
+  }
+}
+
+template <typename Input>
+void DispatchFormat(const Fp8QuantizeProblem& problem,
+                    const Fp8QuantizeBuffers& buffers) {
+  switch (problem.format) {
+    case Fp8Format::kE4M3Fn:
+      QuantizeAll<Input, E4M3Fn>(problem, buffers);
+      return;
+    case Fp8Format::kE5M2:
+      QuantizeAll<Input, E5M2>(problem, buffers);
+      return;
+  }
+}
+
+}  // namespace
+
+void Fp8Quantize(const Fp8QuantizeProblem& problem,
+                 const Fp8QuantizeBuffers& buffers) {
+  switch (problem.input_type) {
+    case InputType::kF32:
+      DispatchFormat<F32Input>(problem, buffers);
+      return;
+    case InputType::kF16:
+      DispatchFormat<F16Input>(problem, buffers);
+      return;
+    case InputType::kBF16:
+      DispatchFormat<Bf16Input>(problem, buffers);
+      return;
+  }
+}
+
+}  // namespace eqx_quant::cpu

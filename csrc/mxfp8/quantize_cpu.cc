@@ -1,0 +1,274 @@
+#include "mxfp8/quantize_cpu.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "common/cpu_input.h"
+#include "common/e8m0.h"
+#include "common/fp8_format.h"
+#include "common/mxfp8_problem.h"
+
+namespace eqx_quant::cpu {
+namespace {
+
+constexpr int64_t kBlock = kMxfp8BlockSize;
+
+// Colwise quantization works on panels of kBlock rows (one block row along K)
+// and up to kTileCols columns. A tile's values are converted to f32 once, kept
+// in a kBlock x kTileCols buffer (64 KiB, stays in L2) together with the
+// running amax of each column, and encoded when the block's last row is in.
+// A multiple of kBlock, so that rowwise blocks never straddle two tiles.
+constexpr int64_t kTileCols = 512;
+static_assert(kTileCols % kBlock == 0);
+
+// One block of `count` (<= kBlock) elements: returns its scale byte and
+// writes its FP8 bytes.
+template <typename Input, typename Format>
+inline __attribute__((always_inline)) uint8_t QuantizeBlock(
+    const typename Input::Storage* __restrict src, int64_t count,
+    uint8_t* __restrict out) {
+  uint32_t amax_key = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    amax_key = std::max(amax_key, AmaxKey(Input::ToFloat(src[i])));
+  }
+  const uint8_t scale = Mxfp8BlockScale<Format>(BitsToFloat(amax_key));
+  const float factor = E8m0ReciprocalScale(scale);
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = FloatToFp8<Format>(Input::ToFloat(src[i]) * factor);
+  }
+  return scale;
+}
+
+// Rowwise: `lines` consecutive lines of `length` elements each, blocked from
+// the start of each line. The ceil(length/32) scale bytes of a line are
+// consecutive, and those of consecutive lines too.
+template <typename Input, typename Format>
+inline __attribute__((always_inline)) void QuantizeLines(
+    const typename Input::Storage* src, int64_t lines, int64_t length,
+    uint8_t* out, uint8_t* scales) {
+  const int64_t full_blocks = length / kBlock;
+  const int64_t tail = length - full_blocks * kBlock;
+  for (int64_t line = 0; line < lines; ++line) {
+    for (int64_t b = 0; b < full_blocks; ++b) {
+      // A constant count: the block loops are fully vectorised.
+      *scales++ = QuantizeBlock<Input, Format>(src, kBlock, out);
+      src += kBlock;
+      out += kBlock;
+    }
+    if (tail > 0) {
+      *scales++ = QuantizeBlock<Input, Format>(src, tail, out);
+      src += tail;
+      out += tail;
+    }
+  }
+}
+
+// Colwise, first half: one row of a tile to f32 (into `values`), folding it
+// into the running column amax keys.
+template <typename Input>
+inline __attribute__((always_inline)) void LoadTileRow(
+    const typename Input::Storage* __restrict src, int64_t width,
+    float* __restrict values, uint32_t* __restrict amax_keys) {
+  for (int64_t j = 0; j < width; ++j) {
+    const float value = Input::ToFloat(src[j]);
+    values[j] = value;
+    amax_keys[j] = std::max(amax_keys[j], AmaxKey(value));
+  }
+}
+
+// Colwise, block scales of a tile's columns: the scale bytes and the factors
+// 2^(127-E) of each column.
+template <typename Format>
+inline __attribute__((always_inline)) void ColumnScales(
+    const uint32_t* __restrict amax_keys, int64_t width,
+    uint8_t* __restrict scales, float* __restrict factors) {
+  for (int64_t j = 0; j < width; ++j) {
+    const uint8_t scale = Mxfp8BlockScale<Format>(BitsToFloat(amax_keys[j]));
+    scales[j] = scale;
+    factors[j] = E8m0ReciprocalScale(scale);
+  }
+}
+
+// Colwise, second half: one row of a tile to FP8 with its columns' factors.
+template <typename Format>
+inline __attribute__((always_inline)) void StoreTileRow(
+    const float* __restrict values, const float* __restrict factors,
+    int64_t width, uint8_t* __restrict out) {
+  for (int64_t j = 0; j < width; ++j) {
+    out[j] = FloatToFp8<Format>(values[j] * factors[j]);
+  }
+}
+
+// Buffers of the colwise tiles, allocated once per call.
+struct Workspace {
+  float* values = nullptr;        // kBlock x kTileCols
+  uint32_t* amax_keys = nullptr;  // kTileCols
+  float* factors = nullptr;       // kTileCols
+};
+
+// One tile: rows [k0, k0 + rows) (one block along K) of example slice `a`,
+// columns [c0, c0 + lines) x [l0, l0 + length) of (C, L); either lines == 1
+// or (l0 == 0 and length == L), so the tile's part of each row is one
+// contiguous run of width = lines * length elements.
+struct Tile {
+  int64_t a = 0;
+  int64_t k0 = 0;
+  int64_t rows = 0;
+  int64_t c0 = 0;
+  int64_t lines = 0;
+  int64_t l0 = 0;
+  int64_t length = 0;
+};
+
+template <typename Input, typename Format>
+inline __attribute__((always_inline)) void QuantizeTile(
+    const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
+    const Tile& tile, const Workspace& workspace) {
+  const auto* x = static_cast<const typename Input::Storage*>(buffers.x);
+  const int64_t row_width = problem.inner * problem.last;  // C * L
+  const int64_t row_blocks = Mxfp8Blocks(problem.last);
+  const int64_t width = tile.lines * tile.length;
+  const int64_t first_col = tile.c0 * problem.last + tile.l0;
+  std::fill(workspace.amax_keys, workspace.amax_keys + width, 0u);
+  for (int64_t r = 0; r < tile.rows; ++r) {
+    const int64_t row = tile.a * problem.blocked + tile.k0 + r;  // (a, k)
+    const int64_t offset = row * row_width + first_col;
+    float* values = workspace.values + r * kTileCols;
+    LoadTileRow<Input>(x + offset, width, values, workspace.amax_keys);
+    if (problem.rowwise) {
+      const int64_t line = row * problem.inner + tile.c0;  // (a, k, c0)
+      QuantizeLines<F32Input, Format>(
+          values, tile.lines, tile.length, buffers.row + offset,
+          buffers.row_scale + line * row_blocks + tile.l0 / kBlock);
+    }
+  }
+  const int64_t col_block = tile.a * Mxfp8Blocks(problem.blocked) +
+                            tile.k0 / kBlock;  // (a, kb)
+  ColumnScales<Format>(workspace.amax_keys, width,
+                       buffers.col_scale + col_block * row_width + first_col,
+                       workspace.factors);
+  for (int64_t r = 0; r < tile.rows; ++r) {
+    const int64_t row = tile.a * problem.blocked + tile.k0 + r;
+    StoreTileRow<Format>(workspace.values + r * kTileCols, workspace.factors,
+                         width, buffers.col + row * row_width + first_col);
+  }
+}
+
+// The whole call. Rowwise only: the lines in order, straight from x.
+// Colwise (and rowwise): block rows along K in order, each split into tiles
+// of whole L-lines (short L) or of kTileCols-wide pieces of one line (long L).
+template <typename Input, typename Format>
+inline __attribute__((always_inline)) void QuantizeBody(
+    const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
+    const Workspace& workspace) {
+  if (!problem.colwise) {
+    QuantizeLines<Input, Format>(
+        static_cast<const typename Input::Storage*>(buffers.x),
+        problem.outer * problem.blocked * problem.inner, problem.last,
+        buffers.row, buffers.row_scale);
+    return;
+  }
+  const int64_t last = problem.last;
+  const int64_t lines_per_tile = last <= kTileCols ? kTileCols / last : 1;
+  Tile tile;
+  for (tile.a = 0; tile.a < problem.outer; ++tile.a) {
+    for (tile.k0 = 0; tile.k0 < problem.blocked; tile.k0 += kBlock) {
+      tile.rows = std::min(kBlock, problem.blocked - tile.k0);
+      if (last <= kTileCols) {
+        tile.l0 = 0;
+        tile.length = last;
+        for (tile.c0 = 0; tile.c0 < problem.inner; tile.c0 += lines_per_tile) {
+          tile.lines = std::min(lines_per_tile, problem.inner - tile.c0);
+          QuantizeTile<Input, Format>(problem, buffers, tile, workspace);
+        }
+      } else {
+        tile.lines = 1;
+        for (tile.c0 = 0; tile.c0 < problem.inner; ++tile.c0) {
+          for (tile.l0 = 0; tile.l0 < last; tile.l0 += kTileCols) {
+            tile.length = std::min(kTileCols, last - tile.l0);
+            QuantizeTile<Input, Format>(problem, buffers, tile, workspace);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The element loops are branch-free so that they vectorise; the FP8 rounding
+// needs per-lane variable shifts, which x86-64's baseline SSE2 lacks, so on
+// x86-64 an AVX2 copy of the whole kernel is also compiled and picked at run
+// time.
+template <typename Input, typename Format>
+void QuantizeGeneric(const Mxfp8QuantizeProblem& problem,
+                     const Mxfp8QuantizeBuffers& buffers,
+                     const Workspace& workspace) {
+  QuantizeBody<Input, Format>(problem, buffers, workspace);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define EQX_QUANT_MXFP8_CPU_AVX2_VARIANT 1
+template <typename Input, typename Format>
+__attribute__((target("avx2"))) void QuantizeAvx2(
+    const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
+    const Workspace& workspace) {
+  QuantizeBody<Input, Format>(problem, buffers, workspace);
+}
+#endif
+
+template <typename Input, typename Format>
+void QuantizeAll(const Mxfp8QuantizeProblem& problem,
+                 const Mxfp8QuantizeBuffers& buffers) {
+  std::vector<float> values;
+  std::vector<uint32_t> amax_keys;
+  std::vector<float> factors;
+  Workspace workspace;
+  if (problem.colwise) {
+    values.resize(kBlock * kTileCols);
+    amax_keys.resize(kTileCols);
+    factors.resize(kTileCols);
+    workspace = {values.data(), amax_keys.data(), factors.data()};
+  }
+#if defined(EQX_QUANT_MXFP8_CPU_AVX2_VARIANT)
+  if (__builtin_cpu_supports("avx2")) {
+    QuantizeAvx2<Input, Format>(problem, buffers, workspace);
+    return;
+  }
+#endif
+  QuantizeGeneric<Input, Format>(problem, buffers, workspace);
+}
+
+template <typename Input>
+void DispatchFormat(const Mxfp8QuantizeProblem& problem,
+                    const Mxfp8QuantizeBuffers& buffers) {
+  switch (problem.format) {
+    case Fp8Format::kE4M3Fn:
+      QuantizeAll<Input, E4M3Fn>(problem, buffers);
+      return;
+    case Fp8Format::kE5M2:
+      QuantizeAll<Input, E5M2>(problem, buffers);
+      return;
+  }
+}
+
+}  // namespace
+
+void Mxfp8Quantize(const Mxfp8QuantizeProblem& problem,
+                   const Mxfp8QuantizeBuffers& buffers) {
+  const int64_t elements =
+      problem.outer * problem.blocked * problem.inner * problem.last;
+  if (elements == 0) return;  // then every output is empty too
+  switch (problem.input_type) {
+    case InputType::kF32:
+      DispatchFormat<F32Input>(problem, buffers);
+      return;
+    case InputType::kF16:
+      DispatchFormat<F16Input>(problem, buffers);
+      return;
+    case InputType::kBF16:
+      DispatchFormat<Bf16Input>(problem, buffers);
+      return;
+  }
+}
+
+}  // namespace eqx_quant::cpu

@@ -1,0 +1,1 @@
+"""Grouped (MoE) quantization: numerics against the oracle, transforms, errors."""

@@ -1,0 +1,1 @@
+"""The compiled kernels called directly: the host C++ tests and the CPU FFI targets."""

@@ -1,0 +1,1 @@
+"""The project around the library: the examples, the README snippets and the benchmark CLI."""

@@ -1,0 +1,136 @@
+"""`python -m eqx_quant.bench` runs on CPU (a smoke run: speed is measured on the GPU, never in
+tests) and writes the rows it promises, grouped cases included."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from eqx_quant import bench
+from eqx_quant.bench import _gemm as _bench_gemm, _grouped as _bench_grouped, _quantize, _xla
+from tests.support.bytes import u8
+
+
+def test_bench_runs_and_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    ops = [
+        "current_row",
+        "mxfp8_rowcol",
+        "mxfp8_dbias_row",
+        "mxfp8_dbias_rowcol",
+        "nvfp4_2d_rowcol",
+        "grouped_mxfp8_rowcol",
+        "grouped_nvfp4_rowcol",
+        "grouped_nvfp4_sr_rowcol",
+        "grouped_dbias",
+    ]
+    assert bench.main(["--sizes", "128x64", "--reps", "1", "--ops", *ops, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["op"] for r in result["rows"]] == ops
+    for row in result["rows"]:
+        assert row["shape"] == [128, 64]
+        assert row["ours_us"] > 0 and row["xla_us"] > 0 and row["bytes"] > 128 * 64 * 2
+    assert result["copy_gbps"] > 0
+    assert result["complete"] is True
+
+
+def test_bench_json_keeps_the_rows_of_a_run_stopped_part_way(tmp_path, monkeypatch):
+    # A run stopped after its second row (as a timeout would) leaves a JSON file with the
+    # rows measured so far, marked incomplete.
+    out = tmp_path / "bench.json"
+    real_measure = _quantize.measure
+    calls = []
+
+    def measure_then_stop(*args, **kwargs):
+        calls.append(None)
+        if len(calls) > 5:  # the copy bandwidth, then two ops of two measurements each
+            raise KeyboardInterrupt("stopped")
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(_quantize, "measure", measure_then_stop)
+    ops = ["delayed_row", "mxfp8_row", "nvfp4_row"]
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--sizes", "128x64", "--reps", "1", "--ops", *ops, "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert result["complete"] is False
+    assert [r["op"] for r in result["rows"]] == ops[:2]
+    assert all(r["ours_us"] > 0 for r in result["rows"])
+    assert "--json" in result["command"]
+
+
+def test_grouped_bench_sizes_are_ragged_and_sum_to_m():
+    for m in (128, 16384):
+        sizes = _bench_grouped.group_sizes(m)
+        assert len(sizes) == 8 and sizes.sum() == m and (sizes >= 0).all()
+    assert (_bench_grouped.group_sizes(16384) % 32 != 0).any()
+
+
+def _bits(a):
+    if a.dtype == jnp.float4_e2m1fn:
+        a = a.astype(jnp.float32)  # exact, the sign of zero kept
+    return u8(a)
+
+
+def test_hand_written_nvfp4_versions_compute_the_same_op():
+    """The benchmark's jnp versions of the NVFP4 2D and grouped ops give our op's values (on
+    inputs without NaN / subnormal corner cases), so the speedups compare like with like. On
+    the CPU: XLA on a GPU divides inexactly, so there the jnp versions
+    are the same op up to the last bit of some scales."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        _check_hand_written_nvfp4()
+
+
+def _check_hand_written_nvfp4():
+    x = (jax.random.normal(jax.random.key(3), (256, 128)) * 3).astype(jnp.bfloat16)
+    ours = _quantize._ours("nvfp4_2d_rowcol")(x, None)
+    xla = _xla.xla("nvfp4_2d_rowcol")(x, None)
+    pairs = [(ours.rowwise.data, xla["row"]), (ours.rowwise.scale_inv, xla["row_scale"]),
+             (ours.colwise.data, xla["col"]), (ours.colwise.scale_inv, xla["col_scale"])]
+    grouped = _bench_grouped
+    ours = grouped.ours("grouped_nvfp4_rowcol", 256)(x, None)
+    xla = grouped.xla("grouped_nvfp4_rowcol", 256, 128)(x, None)
+    pairs += [(ours.rowwise.data, xla["row"]), (ours.rowwise.scale_inv, xla["row_scale"])]
+    for i, (a, b) in enumerate(pairs):
+        assert a.shape == b.shape, i
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=str(i))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="a CPU smoke run; on a GPU, python -m eqx_quant.bench --gemms is run")
+def test_gemm_bench_runs_and_writes_json(tmp_path):
+    out = tmp_path / "gemm.json"
+    sizes = ["64x32x48", "128x64x96"]
+    assert bench.main(["--gemms", "--gemm-sizes", *sizes, "--reps", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["complete"] is True and "rows" not in result
+    # MXFP8 needs multiples of 32: skipped at K = 32 with N = 48, run at 128x64x96.
+    want = [(op, [64, 32, 48]) for op in bench.GEMM_OPS if "mxfp8" not in op]
+    want += [(op, [128, 64, 96]) for op in bench.GEMM_OPS]
+    assert [(r["op"], r["shape"]) for r in result["gemm_rows"]] == want
+    for row in result["gemm_rows"]:
+        m, k, n = row["shape"]
+        per = 6 if row["op"] == "fp8_dense_step" else 2
+        assert row["flops"] == per * m * k * n
+        assert row["ours_us"] > 0 and row["xla_us"] > 0
+        assert row["ours_tflops"] == pytest.approx(row["flops"] / row["ours_us"] / 1e6)
+
+
+def _sqnr_db(got, want) -> float:
+    got, want = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (got, want))
+    return float(10 * np.log10(np.sum(want**2) / np.sum((got - want) ** 2)))
+
+
+@pytest.mark.parametrize("op", _bench_gemm.GEMM_OPS)
+def test_gemm_bench_times_the_same_product_as_its_bf16_version(op):
+    # What each row times: our op and its bf16 version compute the same product (up to the
+    # quantization's error), on the first rotated input.
+    ours, ours_xs, ours_shared, xla, xla_xs, xla_shared, _ = _bench_gemm.gemm_case(op, 96, 64, 128)
+    got = jax.tree.leaves(jax.jit(ours)(ours_xs[0], *ours_shared))
+    want = jax.tree.leaves(jax.jit(xla)(xla_xs[0], *xla_shared))
+    assert len(got) == len(want) == (3 if op == "fp8_dense_step" else 1)
+    floor = 12.0 if "nvfp4" in op else 20.0  # dB; E5M2 gradients in the dense step
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype == jnp.bfloat16
+        assert _sqnr_db(g, w) > floor, (op, _sqnr_db(g, w))
