@@ -1,6 +1,7 @@
 """`dense`: a linear layer whose three GEMMs (forward, dgrad, wgrad) read quantized operands.
 
-The wiring of TE's `dense()` (`transformer_engine/jax/dense.py`), with our `quantize`, `quantize_dbias` and `gemm`:
+The wiring of TE's `dense()` (`transformer_engine/jax/dense.py`), with our `quantize`,
+`quantize_dbias` and `gemm`:
 
     forward   cx = quantize(x, q.x)  ck = quantize(kernel, q.kernel)  (2-D views: batch x K, K x N)
               y  = gemm(cx, ck) + bias                   (x's rowwise copy, kernel's colwise copy)

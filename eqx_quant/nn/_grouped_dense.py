@@ -1,4 +1,5 @@
-"""`grouped_dense`: the MoE expert layer, `dense`'s wiring with the grouped ops (as TE's `transformer_engine/jax/dense.py`).
+"""`grouped_dense`: the MoE expert layer, `dense`'s wiring with the grouped ops (as TE's
+`transformer_engine/jax/dense.py`).
 
     forward   gx = grouped_quantize(x, sizes, q.x)      wk = vmap(quantize)(kernel, q.kernel)
               y  = grouped_gemm(gx, wk) + bias[g]        (x rowwise, each expert colwise)
