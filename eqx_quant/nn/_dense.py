@@ -71,8 +71,11 @@ _ROLES = ("x", "kernel", "grad")
 
 
 class _Static(NamedTuple):
-    n: int  # contracted dims: x's trailing n, kernel's leading n
+    n: int  # contracted dims: x's trailing n, and the kernel's leading (or trailing) n
     batch: int  # x's other dims, the leading dims of y and dy
+    kernel_last: bool  # the kernel is (N..., K...) (Equinox's (out, in)), not (K..., N...)
+    observe: bool  # quantizers' cotangent: zeros, and the observed amaxes go to `receivers`
+    out_shape: tuple[int, ...]  # the kernel's output dims (N...)
     quantizers: DenseQuantizers  # the static part (arrays removed)
     has_bias: bool
     impl: str
@@ -94,22 +97,48 @@ def key_for_roles(key, quantizers: DenseQuantizers) -> dict:
     }
 
 
-def _forward(static: _Static, x, kernel, bias, q_arrays, key):
-    qs = eqx.combine(q_arrays, static.quantizers)
-    keys = key_for_roles(key, qs)
+def _kernel_dims(static: _Static, k_ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The kernel's contracted dims and its output dims."""
+    n = static.n
+    if static.kernel_last:
+        return tuple(range(k_ndim - n, k_ndim)), tuple(range(k_ndim - n))
+    return tuple(range(n)), tuple(range(n, k_ndim))
+
+
+def _k_ndim(static: _Static) -> int:
+    return static.n + len(static.out_shape)
+
+
+def quantize_operands(static: _Static, x, kernel, qs: DenseQuantizers, keys):
+    """The forward quantizations: x as (batch, K), the kernel with its K dims as one axis."""
     n, kw = static.n, dict(impl=static.impl, amax_axes=static.amax_axes)
     cx = quantize(x, qs.x, x.ndim - n, key=keys["x"], **kw)
-    ck = quantize(kernel, qs.kernel, n, key=keys["kernel"], **kw)
-    dims = (tuple(range(x.ndim - n, x.ndim)), tuple(range(n)))
+    ck = quantize(kernel, qs.kernel, kernel.ndim - n if static.kernel_last else n,
+                  key=keys["kernel"], **kw)
+    return cx, ck
+
+
+def forward_product(static: _Static, cx, ck, bias, out_dtype):
+    """`x @ kernel + bias` from the quantized copies."""
+    n, x_ndim = static.n, static.batch + static.n
+    dims = (tuple(range(x_ndim - n, x_ndim)), _kernel_dims(static, _k_ndim(static))[0])
     y = gemm(cx, ck, dims, out_dtype=jnp.float32)
     if static.has_bias:
-        y = y + bias.astype(jnp.float32).reshape((1,) * (x.ndim - n) + bias.shape)
-    return y.astype(x.dtype), (cx, ck, q_arrays, keys["grad"])
+        y = y + bias.astype(jnp.float32).reshape((1,) * static.batch + bias.shape)
+    return y.astype(out_dtype)
+
+
+def _forward(static: _Static, x, kernel, bias, q_arrays, receivers, key):
+    qs = eqx.combine(q_arrays, static.quantizers)
+    keys = key_for_roles(key, qs)
+    cx, ck = quantize_operands(static, x, kernel, qs, keys)
+    y = forward_product(static, cx, ck, bias, x.dtype)
+    return y, (cx, ck, q_arrays, receivers, keys["grad"])
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _dense_vjp(static: _Static, x, kernel, bias, q_arrays, key):
-    return _forward(static, x, kernel, bias, q_arrays, key)[0]
+def _dense_vjp(static: _Static, x, kernel, bias, q_arrays, receivers, key):
+    return _forward(static, x, kernel, bias, q_arrays, receivers, key)[0]
 
 
 def advance(quantizer, amax):
@@ -124,9 +153,22 @@ def advance(quantizer, amax):
     return quantizer
 
 
-def _dense_bwd(static: _Static, residuals, dy):
-    cx, ck, q_arrays, grad_key = residuals
-    qs = eqx.combine(q_arrays, static.quantizers)
+def observed_cotangent(receivers, amaxes: DenseQuantizers):
+    """The cotangent of a layer's receivers: `[amax, 1]` for each role that has one (the 1
+    counts the calls, so that a receiver used twice can be told apart)."""
+
+    def one(receiver, amax):
+        if receiver is None:
+            return None
+        amax = jnp.asarray(amax, jnp.float32).reshape(receiver.shape[:-1])
+        return jnp.stack([amax, jnp.ones_like(amax)], axis=-1)
+
+    return DenseQuantizers(*(one(getattr(receivers, r), getattr(amaxes, r)) for r in _ROLES))
+
+
+def backward_products(static: _Static, cx, ck, qs: DenseQuantizers, grad_key, dy):
+    """dx, dkernel, dbias, the three observed amaxes and dy's quantized copies, from the
+    forward copies and dy."""
     batch = static.batch
     kw = dict(key=grad_key, impl=static.impl, amax_axes=static.amax_axes)
     if static.has_bias:
@@ -134,53 +176,77 @@ def _dense_bwd(static: _Static, residuals, dy):
         dbias = dbias.astype(static.bias_dtype)
     else:
         cg, dbias = quantize(dy, qs.grad, batch, **kw), None
-    k_ndim = static.n + dy.ndim - batch
-    dx = gemm(
-        cg, ck, (tuple(range(batch, dy.ndim)), tuple(range(static.n, k_ndim))),
-        out_dtype=static.x_dtype,
-    )
-    dk = gemm(cx, cg, (tuple(range(batch)), tuple(range(batch))), out_dtype=static.kernel_dtype)
+    kernel_out = _kernel_dims(static, _k_ndim(static))[1]
+    dx = gemm(cg, ck, (tuple(range(batch, dy.ndim)), kernel_out), out_dtype=static.x_dtype)
+    batch_dims = (tuple(range(batch)), tuple(range(batch)))
+    if static.kernel_last:
+        dk = gemm(cg, cx, batch_dims, out_dtype=static.kernel_dtype)
+    else:
+        dk = gemm(cx, cg, batch_dims, out_dtype=static.kernel_dtype)
+    return dx, dk, dbias, DenseQuantizers(cx.amax, ck.amax, cg.amax), cg
+
+
+def quantizers_cotangent(static: _Static, qs: DenseQuantizers, q_arrays, receivers, amaxes):
+    """(cotangent of the quantizers, cotangent of the receivers): the next state and None, or
+    (in a layer's observe mode) zeros and the observed amaxes."""
+    if static.observe:
+        zeros = jax.tree.map(jnp.zeros_like, q_arrays)
+        return zeros, observed_cotangent(receivers, amaxes)
     following = DenseQuantizers(
-        advance(qs.x, cx.amax), advance(qs.kernel, ck.amax), advance(qs.grad, cg.amax)
+        *(advance(getattr(qs, r), getattr(amaxes, r)) for r in _ROLES)
     )
-    ct_quantizers = eqx.filter(following, eqx.is_array)
-    return dx, dk, dbias, ct_quantizers, None
+    return eqx.filter(following, eqx.is_array), None
+
+
+def _dense_bwd(static: _Static, residuals, dy):
+    cx, ck, q_arrays, receivers, grad_key = residuals
+    qs = eqx.combine(q_arrays, static.quantizers)
+    dx, dk, dbias, amaxes, _ = backward_products(static, cx, ck, qs, grad_key, dy)
+    ct_q, ct_receivers = quantizers_cotangent(static, qs, q_arrays, receivers, amaxes)
+    return dx, dk, dbias, ct_q, ct_receivers, None
 
 
 _dense_vjp.defvjp(_forward, _dense_bwd)
 
 
-def _contracted(x, kernel, contracting_dims) -> int:
-    """n, after checking that x contracts its trailing n dims and kernel its leading n."""
-    fn = "dense"
+def contracted(fn: str, x, kernel, contracting_dims) -> tuple[int, bool]:
+    """(n, kernel_last), after checking that x contracts its trailing n dims and the kernel its
+    leading n dims (`(K..., N...)`) or its trailing n dims (`(N..., K...)`, Equinox's
+    `(out, in)` weight)."""
     if not isinstance(contracting_dims, Sequence) or len(contracting_dims) != 2 or any(
         isinstance(d, int) or not isinstance(d, Sequence) for d in contracting_dims
     ):
         raise TypeError(
             f"{fn}: contracting_dims must be a pair (x_dims, kernel_dims) of int sequences, "
-            f"e.g. ((-1,), (0,)), got {contracting_dims!r}."
+            f"e.g. ((-1,), (0,)) for a (K, N) kernel or ((-1,), (1,)) for an (N, K) one, got "
+            f"{contracting_dims!r}."
         )
     xd, kd = (tuple(d % a.ndim if isinstance(d, int) else d for d in dims)
               for dims, a in zip(contracting_dims, (x, kernel)))
     n = len(xd)
-    if n == 0 or xd != tuple(range(x.ndim - n, x.ndim)) or kd != tuple(range(n)):
+    trailing = tuple(range(kernel.ndim - n, kernel.ndim))
+    if n == 0 or xd != tuple(range(x.ndim - n, x.ndim)) or kd not in (tuple(range(n)), trailing):
         raise ValueError(
             f"{fn}: contracting_dims {tuple(map(tuple, contracting_dims))} must be x's trailing "
-            f"n dims and kernel's leading n dims, in order (x {x.shape} @ kernel "
-            f"{kernel.shape}), e.g. ((-1,), (0,)). Transpose the kernel to (K..., N...)."
+            f"n dims and the kernel's leading or trailing n dims, in order (x {x.shape} @ "
+            f"kernel {kernel.shape}): ((-1,), (0,)) for a (K, N) kernel, ((-1,), (1,)) for an "
+            "(N, K) one."
         )
+    kernel_last = n < kernel.ndim and kd == trailing and kd != tuple(range(n))
     if x.ndim == n or kernel.ndim == n:
         raise ValueError(
             f"{fn}: x {x.shape} needs at least one batch dim and kernel {kernel.shape} at "
             f"least one output dim besides the {n} contracted ones. Reshape x to (1, ...) or "
             "the kernel to (..., 1)."
         )
-    if x.shape[x.ndim - n:] != kernel.shape[:n]:
+    k_contracted = kernel.shape[kernel.ndim - n:] if kernel_last else kernel.shape[:n]
+    if x.shape[x.ndim - n:] != k_contracted:
         raise ValueError(
             f"{fn}: x's contracted dims {x.shape[x.ndim - n:]} differ from kernel's "
-            f"{kernel.shape[:n]} (x {x.shape}, kernel {kernel.shape})."
+            f"{k_contracted} (x {x.shape}, kernel {kernel.shape}, contracting_dims "
+            f"{tuple(map(tuple, contracting_dims))})."
         )
-    return n
+    return n, kernel_last
 
 
 def check_operand_dtypes(fn: str, named) -> None:
@@ -188,7 +254,8 @@ def check_operand_dtypes(fn: str, named) -> None:
     for name, a in named:
         if name == "bias" and a is None:
             continue
-        if not isinstance(a, jax.Array) or a.dtype.name not in ("float32", "float16", "bfloat16"):
+        floats = ("float32", "float16", "bfloat16")
+        if not isinstance(a, jax.Array | jax.ShapeDtypeStruct) or a.dtype.name not in floats:
             got = f"{type(a).__name__} of dtype {getattr(a, 'dtype', '?')}"
             raise TypeError(
                 f"{fn}: {name} must be a float32, float16 or bfloat16 jax.Array, got {got}."
@@ -230,19 +297,20 @@ def check_layer_key(fn: str, quantizers: DenseQuantizers, key) -> None:
         key_words_of(fn, key)
 
 
-def _check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, impl) -> None:
+def check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, impl) -> None:
     fn = "dense"
     check_operand_dtypes(fn, (("x", x), ("kernel", kernel), ("bias", bias)))
     check_quantizer_set(fn, quantizers)
-    n = _contracted(x, kernel, contracting_dims)
-    out_shape = kernel.shape[n:]
+    n, kernel_last = contracted(fn, x, kernel, contracting_dims)
+    out_shape = kernel.shape[: kernel.ndim - n] if kernel_last else kernel.shape[n:]
     if bias is not None and bias.shape != out_shape:
         raise ValueError(
             f"{fn}: bias must have the kernel's output shape {out_shape}, got {bias.shape}."
         )
     batch = x.ndim - n
     grad = jax.ShapeDtypeStruct(x.shape[:batch] + out_shape, x.dtype)
-    for role, operand, fa in (("x", x, batch), ("kernel", kernel, n), ("grad", grad, batch)):
+    k_fa = kernel.ndim - n if kernel_last else n
+    for role, operand, fa in (("x", x, batch), ("kernel", kernel, k_fa), ("grad", grad, batch)):
         q, where = getattr(quantizers, role), f"{fn} (quantizers.{role})"
         check_quantizer_state(where, q)
         if isinstance(q, AbstractBlockQuantizer):
@@ -253,7 +321,7 @@ def _check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, 
     check_amax_axes(fn, amax_axes)
 
 
-@validated_by(_check_dense)
+@validated_by(check_dense)
 @jaxtyped(typechecker=beartype)
 def dense(
     x: HighPrecision[Array, "..."],
@@ -271,12 +339,14 @@ def dense(
     **Arguments:**
 
     - `x`: the input, `(batch..., K...)`.
-    - `kernel`: the weights, `(K..., N...)`.
+    - `kernel`: the weights, `(K..., N...)`, or `(N..., K...)` (Equinox's `(out, in)`
+      layout) with `contracting_dims=((-1,), (-1,))`. For per-tensor scaling the layout
+      only decides which quantized copy each GEMM reads.
     - `bias`: None, or an array of shape `N...`; its gradient is fused into the gradient's
       quantization (`quantize_dbias`).
     - `quantizers`: an `eqx_quant.DenseQuantizers` for x, the kernel and the output gradient.
-    - `contracting_dims`: x's trailing dims and kernel's leading dims, in order; default
-      `((-1,), (0,))`.
+    - `contracting_dims`: x's trailing dims and the kernel's leading (or trailing) dims, in
+      order; default `((-1,), (0,))`.
     - `key`: required when a quantizer rounds stochastically (each such quantizer gets
       `jax.random.fold_in(key, i)`, i = 0, 1, 2 for x, kernel, grad).
     - `amax_axes`, `impl`: as in `eqx_quant.quantize`, for all three quantizations (inside
@@ -293,11 +363,16 @@ def dense(
     in one `dense` call per step, and call `dense` on the whole batch (not under `jax.vmap`
     over examples): JAX sums the cotangents of an argument used several times.
     """
-    n = _contracted(x, kernel, contracting_dims)
+    n, kernel_last = contracted("dense", x, kernel, contracting_dims)
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
+    static = make_static(x, kernel, bias, n, kernel_last, False, q_static, impl, amax_axes)
+    return _dense_vjp(static, x, kernel, bias, q_arrays, None, key)
+
+
+def make_static(x, kernel, bias, n, kernel_last, observe, q_static, impl, amax_axes) -> _Static:
     bias_dtype = None if bias is None else bias.dtype.name
-    static = _Static(
-        n, x.ndim - n, q_static, bias is not None, impl, tuple(amax_axes), x.dtype.name,
-        kernel.dtype.name, bias_dtype,
+    out_shape = kernel.shape[: kernel.ndim - n] if kernel_last else kernel.shape[n:]
+    return _Static(
+        n, x.ndim - n, kernel_last, observe, tuple(out_shape), q_static, bias is not None, impl,
+        tuple(amax_axes), x.dtype.name, kernel.dtype.name, bias_dtype,
     )
-    return _dense_vjp(static, x, kernel, bias, q_arrays, key)

@@ -43,12 +43,15 @@ from ._dense import (
     check_operand_dtypes,
     check_quantizer_set,
     key_for_roles,
+    observed_cotangent,
     roles_with_sr,
 )
+from ._state import check_observed
 
 
 class _Static(NamedTuple):
     quantizers: DenseQuantizers  # the static part (arrays removed)
+    observe: str | None  # a layer's name: observed amaxes go to `receivers` (as in `dense`)
     has_bias: bool
     check: bool
     impl: str
@@ -71,7 +74,7 @@ def _quantize_experts(kernel, quantizer, key, impl):
     return jax.vmap(one, in_axes=(0, q_axis, k_axis))(kernel, quantizer, keys)
 
 
-def _forward(static: _Static, x, kernel, group_sizes, bias, q_arrays, key):
+def _forward(static: _Static, x, kernel, group_sizes, bias, q_arrays, receivers, key):
     qs = eqx.combine(q_arrays, static.quantizers)
     keys = key_for_roles(key, qs)
     gx = grouped_quantize(x, group_sizes, qs.x, key=keys["x"], check=static.check,
@@ -83,17 +86,19 @@ def _forward(static: _Static, x, kernel, group_sizes, bias, q_arrays, key):
         inside = (gid < bias.shape[0])[:, None]
         row_bias = bias.astype(jnp.float32)[jnp.minimum(gid, bias.shape[0] - 1)]
         y = y + jnp.where(inside, row_bias, jnp.float32(0))
-    return y.astype(x.dtype), (gx, wk, group_sizes, q_arrays, keys["grad"])
+    return y.astype(x.dtype), (gx, wk, group_sizes, q_arrays, receivers, keys["grad"])
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, key):
-    return _forward(static, x, kernel, group_sizes, bias, q_arrays, key)[0]
+def _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, receivers, key):
+    return _forward(static, x, kernel, group_sizes, bias, q_arrays, receivers, key)[0]
 
 
 def _grouped_dense_bwd(static: _Static, residuals, dy):
-    gx, wk, group_sizes, q_arrays, grad_key = residuals
+    gx, wk, group_sizes, q_arrays, receivers, grad_key = residuals
     qs = eqx.combine(q_arrays, static.quantizers)
+    if static.observe is not None:
+        check_observed(static.observe, q_arrays, receivers)
     kw = dict(key=grad_key, check=False, impl=static.impl)
     if static.has_bias:
         gg, dbias = grouped_quantize_dbias(dy, group_sizes, qs.grad, **kw)
@@ -102,11 +107,17 @@ def _grouped_dense_bwd(static: _Static, residuals, dy):
         gg, dbias = grouped_quantize(dy, group_sizes, qs.grad, **kw), None
     dx = grouped_gemm(gg, wk, rhs_contracting=1, out_dtype=static.x_dtype)
     dk = grouped_wgrad(gx, gg, out_dtype=static.kernel_dtype, check=False)
-    following = DenseQuantizers(
-        advance(qs.x, gx.amax), advance(qs.kernel, wk.amax), advance(qs.grad, gg.amax)
-    )
+    amaxes = DenseQuantizers(gx.amax, wk.amax, gg.amax)
+    if static.observe is not None:
+        ct_q = jax.tree.map(jnp.zeros_like, q_arrays)
+        ct_receivers = observed_cotangent(receivers, amaxes)
+    else:
+        following = DenseQuantizers(
+            advance(qs.x, gx.amax), advance(qs.kernel, wk.amax), advance(qs.grad, gg.amax)
+        )
+        ct_q, ct_receivers = eqx.filter(following, eqx.is_array), None
     ct_sizes = np.zeros(group_sizes.shape, jax.dtypes.float0)
-    return dx, dk, ct_sizes, dbias, eqx.filter(following, eqx.is_array), None
+    return dx, dk, ct_sizes, dbias, ct_q, ct_receivers, None
 
 
 _grouped_dense_vjp.defvjp(_forward, _grouped_dense_bwd)
@@ -132,7 +143,7 @@ def _check_kernel_quantizer(where: str, kernel, q) -> None:
             raise ValueError(f"{where}: use_rht is not supported in grouped_dense.")
 
 
-def _check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, impl) -> None:
+def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, impl) -> None:
     fn = "grouped_dense"
     check_operand_dtypes(fn, (("x", x), ("kernel", kernel), ("bias", bias)))
     check_quantizer_set(fn, quantizers)
@@ -160,7 +171,7 @@ def _check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, i
     check_layer_key(fn, quantizers, key)
 
 
-@validated_by(_check_grouped_dense)
+@validated_by(check_grouped_dense)
 @jaxtyped(typechecker=beartype)
 def grouped_dense(
     x: HighPrecision[Array, "M K"],
@@ -193,8 +204,15 @@ def grouped_dense(
     **Gradients:** as `dense`: `dx`, `dkernel` from the quantized GEMMs, `dbias` from
     `grouped_quantize_dbias`, and the quantizers' cotangent is their next state.
     """
+    return grouped_dense_call(x, kernel, group_sizes, bias, quantizers, None, key, check, impl,
+                              None)
+
+
+def grouped_dense_call(x, kernel, group_sizes, bias, quantizers, receivers, key, check, impl,
+                       observe: str | None):
+    """`grouped_dense` after its checks; a layer named `observe` passes its receivers."""
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
     bias_dtype = None if bias is None else bias.dtype.name
-    static = _Static(q_static, bias is not None, bool(check), impl, x.dtype.name,
+    static = _Static(q_static, observe, bias is not None, bool(check), impl, x.dtype.name,
                      kernel.dtype.name, bias_dtype)
-    return _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, key)
+    return _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, receivers, key)

@@ -1,0 +1,115 @@
+"""`quantize_model` and `MLP`: quantized twins of Equinox models."""
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+from jaxtyping import Array, PRNGKeyArray
+
+from ._layer import check_recipe
+from ._linear import Linear
+from ._recipes import AbstractRecipe
+
+RecipeFor = AbstractRecipe | None | Callable[[tuple, eqx.nn.Linear], AbstractRecipe | None]
+
+
+def _is_linear(x) -> bool:
+    return isinstance(x, eqx.nn.Linear)
+
+
+def quantize_model(model, recipe: RecipeFor, *, filter_fn=None):
+    """Replace every `eqx.nn.Linear` in `model` (at any depth: inside `eqx.nn.MLP`,
+    `eqx.nn.MultiheadAttention`, lists, your own modules) by `eqx_quant.nn.Linear` with the
+    same weight and bias.
+
+    **Arguments:**
+
+    - `model`: any pytree of Equinox modules.
+    - `recipe`: a recipe for every converted layer, or a function `(path, linear) -> recipe`
+      (None keeps that layer unquantized but still converts it).
+    - `filter_fn`: `(path, linear) -> bool`; layers for which it is False stay
+      `eqx.nn.Linear` (e.g. the first and last layers, or shapes to leave alone).
+
+    `path` is the layer's JAX key path (`jax.tree_util.keystr(path)` gives e.g.
+    `".layers[0].attention.query_proj"`). Layers with `"scalar"` features are kept as they are.
+
+    !!! Example
+
+        ```python
+        model = eqx_quant.nn.quantize_model(
+            model, eqx_quant.nn.CurrentScaling(),
+            filter_fn=lambda path, lin: "head" not in jax.tree_util.keystr(path),
+        )
+        ```
+    """
+    if filter_fn is not None and not callable(filter_fn):
+        raise TypeError(
+            "quantize_model: filter_fn must be a function (path, linear) -> bool, got "
+            f"{type(filter_fn).__name__}."
+        )
+    if not callable(recipe) or isinstance(recipe, AbstractRecipe):
+        check_recipe("quantize_model", recipe)
+
+    def convert(path, leaf):
+        if not _is_linear(leaf) or "scalar" in (leaf.in_features, leaf.out_features):
+            return leaf
+        if filter_fn is not None and not filter_fn(path, leaf):
+            return leaf
+        chosen = recipe(path, leaf) if callable(recipe) and not isinstance(
+            recipe, AbstractRecipe) else recipe
+        check_recipe(f"quantize_model (recipe for {jax.tree_util.keystr(path)})", chosen)
+        return Linear.from_linear(leaf, chosen)
+
+    return jax.tree_util.tree_map_with_path(convert, model, is_leaf=_is_linear)
+
+
+class MLP(eqx.Module):
+    """`eqx.nn.MLP` with quantized `Linear` layers: the same arguments, the same
+    initialisation, plus `recipe`. Takes any batch `(*batch, in_size)`.
+
+    **Arguments:** `in_size`, `out_size`, `width_size`, `depth`, `activation`,
+    `final_activation`, `use_bias`, `use_final_bias`, `dtype`, as `eqx.nn.MLP` (ints only,
+    not `"scalar"`), and keyword-only `recipe` and `key`.
+    """
+
+    layers: tuple[Linear, ...]
+    activation: Callable
+    final_activation: Callable
+
+    def __init__(
+        self,
+        in_size: int,
+        out_size: int,
+        width_size: int,
+        depth: int,
+        activation: Callable = jax.nn.relu,
+        final_activation: Callable = lambda x: x,
+        use_bias: bool = True,
+        use_final_bias: bool = True,
+        dtype=None,
+        *,
+        recipe: AbstractRecipe | None,
+        key: PRNGKeyArray,
+    ):
+        plain = eqx.nn.MLP(in_size, out_size, width_size, depth, activation, final_activation,
+                           use_bias, use_final_bias, dtype, key=key)
+        self.layers = tuple(Linear.from_linear(layer, recipe) for layer in plain.layers)
+        self.activation = activation
+        self.final_activation = final_activation
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        keys = [None] * len(self.layers) if key is None else list(
+            jax.random.split(key, len(self.layers)))
+        for layer, k in zip(self.layers[:-1], keys[:-1]):
+            x = self.activation(layer(x, key=_key_if_needed(layer, k)))
+        x = self.layers[-1](x, key=_key_if_needed(self.layers[-1], keys[-1]))
+        return self.final_activation(x)
+
+
+def _key_if_needed(layer: Linear, key):
+    """The key for layers whose recipe rounds stochastically, None for the others."""
+    if key is None or layer.recipe is None:
+        return None
+    qs = layer.recipe.dense_quantizers(layer.state)
+    needs = any(getattr(q, "stochastic_rounding", False) for q in (qs.x, qs.kernel, qs.grad))
+    return key if needs else None
