@@ -8,6 +8,7 @@ stochastic rounding ~17.3); at most a few clipped elements in 10^4.
 """
 
 import functools
+import json
 import math
 import os
 import pathlib
@@ -20,7 +21,9 @@ import pytest
 from tests.support.paths import EXAMPLES, README, REPO
 
 
-SCRIPTS = sorted(EXAMPLES.glob("*.py"))
+# The char-LM run takes arguments (--out) and has its own test below.
+CHAR_LM = EXAMPLES / "train_char_lm.py"
+SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if p != CHAR_LM)
 TIMEOUT_S = 600
 
 # (mode, q_dtype) -> lowest acceptable SQNR in dB. Rows the quick start adds later (e.g.
@@ -212,3 +215,26 @@ def test_readme_snippets_run():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-3:] == ["bfloat16", "(256,", "128)"], proc.stdout
+
+
+def test_char_lm_fp8_tracks_bf16(tmp_path):
+    """The README's main job: the small run of every recipe, from one initialisation. FP8
+    (delayed and current scaling) and MXFP8 validation losses stay within 3% of bf16 at every
+    evaluation; NVFP4 within 5%; the JSON and the figure are written."""
+    proc = subprocess.run(
+        [sys.executable, str(CHAR_LM), "--out", str(tmp_path), "--no-progress"],
+        cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+        timeout=TIMEOUT_S,
+    )
+    _check_ok(CHAR_LM, proc)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())["recipes"]
+    assert (tmp_path / "char_lm.png").stat().st_size > 10_000
+    base = metrics["bf16"]["val_loss"]
+    assert base[-1] < base[0] - 0.5, f"bf16 did not learn: {base}"
+    for name, bound in (("delayed", 0.03), ("current", 0.03), ("mxfp8", 0.03), ("nvfp4", 0.05)):
+        rel = [abs(a - b) / b for a, b in zip(metrics[name]["val_loss"], base, strict=True)]
+        assert max(rel) < bound, f"{name}: relative gap to bf16 {max(rel):.4f} >= {bound}"
+        assert metrics[name]["tokens_per_s"] > 0
+    # delayed scaling's state moved off its initial scale of 1
+    scales = metrics["delayed"]["scales"][-1]
+    assert scales and all(s != 1.0 for s in scales.values()), scales
