@@ -1,6 +1,6 @@
 """Train a small GPT on characters in every recipe and compare it with bfloat16.
 
-The model is built from `eqx.nn` (embeddings, `MultiheadAttention`, `LayerNorm`, `Linear`)
+The model is built from `eqx.nn` (embeddings, `LayerNorm`, `Linear`)
 and converted with `eqx_quant.nn.quantize_model`; the embeddings and the output head stay in
 bfloat16. The corpus is the Python standard library's own source files (sorted, so every
 machine reads the same text), split into training and validation text by position. Each
@@ -55,8 +55,7 @@ RECIPES = {
     "delayed": qnn.DelayedScaling(amax_history_len=16),
     "current": qnn.CurrentScaling(),
     "mxfp8": qnn.MXFP8BlockScaling(),
-    # eqx.nn.MultiheadAttention passes no key to its projections, so no stochastic rounding.
-    "nvfp4": qnn.NVFP4BlockScaling(stochastic_rounding=False),
+    "nvfp4": qnn.NVFP4BlockScaling(),
 }
 
 
@@ -78,25 +77,38 @@ def load_corpus(chars: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Block(eqx.Module):
+    """Pre-norm attention + MLP. The projections are `eqx.nn.Linear`s called with a key, so
+    that NVFP4's stochastic rounding gets fresh bits each step once they are converted
+    (`eqx.nn.Linear` ignores the key)."""
+
     ln1: eqx.nn.LayerNorm
-    attn: eqx.nn.MultiheadAttention
+    qkv: eqx.nn.Linear
+    out: eqx.nn.Linear
     ln2: eqx.nn.LayerNorm
     up: eqx.nn.Linear
     down: eqx.nn.Linear
+    heads: int = eqx.field(static=True)
 
     def __init__(self, d: int, heads: int, key):
-        k1, k2, k3 = jax.random.split(key, 3)
+        k1, k2, k3, k4 = jax.random.split(key, 4)
         self.ln1, self.ln2 = eqx.nn.LayerNorm(d), eqx.nn.LayerNorm(d)
-        self.attn = eqx.nn.MultiheadAttention(heads, d, key=k1)
-        self.up = eqx.nn.Linear(d, 4 * d, key=k2)
-        self.down = eqx.nn.Linear(4 * d, d, key=k3)
+        self.qkv = eqx.nn.Linear(d, 3 * d, use_bias=False, key=k1)
+        self.out = eqx.nn.Linear(d, d, use_bias=False, key=k2)
+        self.up = eqx.nn.Linear(d, 4 * d, key=k3)
+        self.down = eqx.nn.Linear(4 * d, d, key=k4)
+        self.heads = heads
 
-    def __call__(self, x, mask):
+    def __call__(self, x, *, key):
+        seq, d = x.shape
+        keys = jax.random.split(key, 4)
         h = jax.vmap(self.ln1)(x).astype(x.dtype)
-        x = x + self.attn(h, h, h, mask=mask).astype(x.dtype)
+        q, k, v = jnp.split(jax.vmap(lambda t: self.qkv(t, key=keys[0]))(h), 3, axis=-1)
+        q, k, v = (a.reshape(seq, self.heads, d // self.heads) for a in (q, k, v))
+        att = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(seq, d)
+        x = x + jax.vmap(lambda t: self.out(t, key=keys[1]))(att).astype(x.dtype)
         h = jax.vmap(self.ln2)(x).astype(x.dtype)
-        h = jax.nn.gelu(jax.vmap(self.up)(h))
-        return x + jax.vmap(self.down)(h).astype(x.dtype)
+        h = jax.nn.gelu(jax.vmap(lambda t: self.up(t, key=keys[2]))(h))
+        return x + jax.vmap(lambda t: self.down(t, key=keys[3]))(h).astype(x.dtype)
 
 
 class GPT(eqx.Module):
@@ -114,19 +126,19 @@ class GPT(eqx.Module):
         self.ln_f = eqx.nn.LayerNorm(cfg.d_model)
         self.head = eqx.nn.Linear(cfg.d_model, 256, key=keys[2])
 
-    def __call__(self, tokens):
+    def __call__(self, tokens, *, key):
         seq = tokens.shape[0]
         x = (jax.vmap(self.embed)(tokens) + jax.vmap(self.pos)(jnp.arange(seq)))
         x = x.astype(jnp.bfloat16)
-        mask = jnp.tril(jnp.ones((seq, seq), bool))
-        for block in self.blocks:
-            x = block(x, mask)
+        for block, k in zip(self.blocks, jax.random.split(key, len(self.blocks))):
+            x = block(x, key=k)
         x = jax.vmap(self.ln_f)(x)
         return jax.vmap(self.head)(x.astype(jnp.float32))
 
 
-def loss_fn(model, tokens):
-    logits = jax.vmap(model)(tokens[:, :-1])
+def loss_fn(model, tokens, key):
+    # One key for the whole batch: the layers fold the examples into one GEMM.
+    logits = jax.vmap(lambda t: model(t, key=key))(tokens[:, :-1])
     return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
 
@@ -168,8 +180,8 @@ def train(name: str, recipe, cfg: Config, data, seed: int, show_progress: bool) 
     opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
 
     @eqx.filter_jit
-    def step(model, opt_state, tokens):
-        loss, grads, model = qnn.value_and_grad(loss_fn)(model, tokens)
+    def step(model, opt_state, tokens, key):
+        loss, grads, model = qnn.value_and_grad(loss_fn)(model, tokens, key)
         params = eqx.filter(model, eqx.is_inexact_array)
         updates, opt_state = optim.update(grads, opt_state, params)
         return eqx.apply_updates(model, updates), opt_state, loss
@@ -182,14 +194,16 @@ def train(name: str, recipe, cfg: Config, data, seed: int, show_progress: bool) 
     bar = tqdm(range(cfg.steps), desc=f"{name:>8}", disable=not show_progress, leave=False)
     for i in bar:
         start = time.perf_counter()
-        model, opt_state, loss = step(model, opt_state, jnp.asarray(train_batches[i]))
+        step_key = jax.random.fold_in(jax.random.key(seed + 3), i)
+        model, opt_state, loss = step(model, opt_state, jnp.asarray(train_batches[i]), step_key)
         loss = float(loss)
         if i > 0:  # the first step compiles
             timed_seconds += time.perf_counter() - start
             tokens_seen += cfg.batch * cfg.seq
         record["train_loss"].append(loss)
         if (i + 1) % cfg.eval_every == 0 or i + 1 == cfg.steps:
-            val = float(np.mean([evaluate(model, jnp.asarray(b)) for b in val_batches]))
+            eval_key = jax.random.key(seed + 4)
+            val = float(np.mean([evaluate(model, jnp.asarray(b), eval_key) for b in val_batches]))
             record["val_loss"].append(val)
             record["val_step"].append(i + 1)
             record["scales"].append(x_scales(model))

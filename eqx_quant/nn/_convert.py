@@ -101,15 +101,6 @@ class MLP(eqx.Module):
         keys = [None] * len(self.layers) if key is None else list(
             jax.random.split(key, len(self.layers)))
         for layer, k in zip(self.layers[:-1], keys[:-1]):
-            x = self.activation(layer(x, key=_key_if_needed(layer, k)))
-        x = self.layers[-1](x, key=_key_if_needed(self.layers[-1], keys[-1]))
-        return self.final_activation(x)
+            x = self.activation(layer(x, key=k))
+        return self.final_activation(self.layers[-1](x, key=keys[-1]))
 
-
-def _key_if_needed(layer: Linear, key):
-    """The key for layers whose recipe rounds stochastically, None for the others."""
-    if key is None or layer.recipe is None:
-        return None
-    qs = layer.recipe.dense_quantizers(layer.state)
-    needs = any(getattr(q, "stochastic_rounding", False) for q in (qs.x, qs.kernel, qs.grad))
-    return key if needs else None

@@ -30,7 +30,9 @@ def folded(impl: Callable, folds: Sequence[int], batched_outputs: Callable) -> C
         del axis_size
         mapped = [any(jax.tree.leaves(b)) for b in in_batched]
         if all(m == (i in folds) for i, m in enumerate(mapped)):
-            out = impl(*args)
+            # `f`, not `impl`: an enclosing vmap (e.g. over the batch, around one over the
+            # sequence) reaches this rule again and folds its axis too.
+            out = f(*args)
             return out, batched_outputs(out)
         in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, b) for b in in_batched)
         out = jax.vmap(impl, in_axes=in_axes)(*args)

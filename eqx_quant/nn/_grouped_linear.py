@@ -9,7 +9,13 @@ from jaxtyping import Array, Int, PRNGKeyArray
 
 from .._gemm import row_group
 from ._grouped_dense import check_grouped_dense, grouped_dense_call
-from ._layer import AbstractQuantizedLayer, check_recipe, layer_quantizers, receivers_of
+from ._layer import (
+    AbstractQuantizedLayer,
+    check_recipe,
+    layer_key,
+    layer_quantizers,
+    receivers_of,
+)
 from ._recipes import AbstractRecipe
 from ._state import ScalingState
 
@@ -28,7 +34,7 @@ class GroupedLinear(AbstractQuantizedLayer):
 
     **Call:** `layer(x, group_sizes, *, key=None)` with `x` of shape `(tokens, in_features)`
     sorted by expert and `group_sizes` an int32 `(num_groups,)` array on the device (rows past
-    the last group give 0); `key` when the recipe rounds stochastically.
+    the last group give 0); `key` when the recipe rounds stochastically (ignored otherwise).
     """
 
     weight: Array
@@ -76,8 +82,9 @@ class GroupedLinear(AbstractQuantizedLayer):
     def __call__(
         self, x: Array, group_sizes: Int[Array, " G"], *, key: PRNGKeyArray | None = None
     ) -> Array:
+        key = layer_key("eqx_quant.nn.GroupedLinear", self, key)
         if self.recipe is None:
-            return self._plain(x, group_sizes, key)
+            return self._plain(x, group_sizes)
         qs = layer_quantizers(self, self.num_groups)
         check_grouped_dense(x, self.weight, group_sizes, self.bias, qs, key, True, "auto")
         return grouped_dense_call(
@@ -85,10 +92,8 @@ class GroupedLinear(AbstractQuantizedLayer):
             "auto", "eqx_quant.nn.GroupedLinear",
         )
 
-    def _plain(self, x, group_sizes, key) -> Array:
+    def _plain(self, x, group_sizes) -> Array:
         name = "eqx_quant.nn.GroupedLinear"
-        if key is not None:
-            raise ValueError(f"{name}: key was given but the layer has no recipe. Drop key.")
         if x.ndim != 2 or x.shape[1] != self.in_features:
             raise ValueError(
                 f"{name}: x must be (tokens, in_features) = (tokens, {self.in_features}), got "

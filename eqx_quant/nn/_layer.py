@@ -5,7 +5,7 @@ import jax
 from equinox import AbstractVar
 from jaxtyping import Array
 
-from ._dense import DenseQuantizers, check_layer_key, check_operand_dtypes
+from ._dense import DenseQuantizers, check_layer_key, check_operand_dtypes, roles_with_sr
 from ._recipes import AbstractRecipe
 from ._state import ScalingState
 
@@ -50,17 +50,25 @@ def receivers_of(state: ScalingState | None) -> DenseQuantizers:
     )
 
 
-def check_layer_call(name: str, layer: AbstractQuantizedLayer, x, in_features: int, key) -> None:
+def layer_key(name: str, layer: AbstractQuantizedLayer, key):
+    """The key the layer's quantizers use: `key` where one rounds stochastically (then it is
+    required), else None. Like `eqx.nn.Linear`, a layer takes a key it does not need, so that
+    model code can pass keys whatever the recipe."""
+    if layer.recipe is None:
+        return None
+    qs = layer_quantizers(layer, getattr(layer, "num_groups", None))
+    if not roles_with_sr(qs):
+        return None
+    if key is not None and not isinstance(key, jax.Array):
+        raise TypeError(f"{name}: key must be a jax.random.key, got {type(key).__name__}.")
+    check_layer_key(name, qs, key)
+    return key
+
+
+def check_layer_input(name: str, x, in_features: int) -> None:
     check_operand_dtypes(name, (("x", x),))
     if x.ndim < 1 or x.shape[-1] != in_features:
         raise ValueError(
             f"{name}: x must have shape (*batch, in_features) = (*batch, {in_features}), got "
             f"{x.shape}."
         )
-    if layer.recipe is None:
-        if key is not None:
-            raise ValueError(f"{name}: key was given but the layer has no recipe. Drop key.")
-        return
-    if key is not None and not isinstance(key, jax.Array):
-        raise TypeError(f"{name}: key must be a jax.random.key, got {type(key).__name__}.")
-    check_layer_key(name, layer.recipe.dense_quantizers(layer.state), key)

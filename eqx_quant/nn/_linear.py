@@ -20,8 +20,9 @@ from ._dense import (
 from ._folded import folded
 from ._layer import (
     AbstractQuantizedLayer,
-    check_layer_call,
+    check_layer_input,
     check_recipe,
+    layer_key,
     layer_quantizers,
     receivers_of,
 )
@@ -125,8 +126,9 @@ class Linear(AbstractQuantizedLayer):
       layer (for parity runs).
     - `key`: a `jax.random.key` for the initialisation.
 
-    **Call:** `layer(x, *, key=None)`; `key` is needed each step when the recipe rounds
-    stochastically (`NVFP4BlockScaling`).
+    **Call:** `layer(x, *, key=None)`; `key` (a new one per step) is needed when the recipe
+    rounds stochastically (`NVFP4BlockScaling`), and ignored otherwise, as `eqx.nn.Linear`
+    ignores it.
     """
 
     weight: Array
@@ -191,7 +193,8 @@ class Linear(AbstractQuantizedLayer):
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """`x @ weight.T + bias` for `x` of shape `(*batch, in_features)`."""
         name = "eqx_quant.nn.Linear"
-        check_layer_call(name, self, x, self.in_features, key)
+        check_layer_input(name, x, self.in_features)
+        key = layer_key(name, self, key)
         if self.recipe is None:
             y = x @ self.weight.T.astype(x.dtype)
             return y if self.bias is None else y + self.bias.astype(y.dtype)
