@@ -28,6 +28,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 from jax.sharding import AxisType
 
+from .._core import vary_like, varying_axes
 from . import _ffi
 
 
@@ -134,7 +135,14 @@ class Op:
         self._register_outer()
 
     def bind(self, *args, params):
-        return self.outer.bind(*args, params=params)
+        # Inside shard_map (check_vma=True) the results vary over every manual axis an input
+        # varies over, as for JAX's own primitives; the abstract eval does not know the
+        # manual axes, so the results are typed here.
+        axes = tuple(sorted({a for x in args for a in varying_axes(x)}))
+        if not axes:
+            return self.outer.bind(*args, params=params)
+        args = [vary_like(x, axes) for x in args]
+        return [vary_like(r, axes) for r in self.outer.bind(*args, params=params)]
 
     def bind_inner(self, *args, params):
         return self.inner.bind(*args, params=params)

@@ -12,7 +12,7 @@ from beartype import beartype
 from jaxtyping import Array, PRNGKeyArray, Shaped, jaxtyped
 
 from .. import reference
-from .._core import HighPrecision, explicit_sharding, validated_by
+from .._core import HighPrecision, explicit_sharding, validated_by, vary_like, varying_axes
 from .._formats import format_of
 from .._quantizer import AbstractQuantizer
 from .._tensor import ScaledTensor, ScaledTensor1x
@@ -31,6 +31,7 @@ class _Config:
     x_shape: tuple[int, ...]
     x_dtype: str
     x_sharding: jax.sharding.NamedSharding | None  # in x's type (Explicit axes), else None
+    x_vma: tuple[str, ...]  # the manual axes x varies over (inside shard_map)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -86,8 +87,9 @@ def _quantize_ste_bwd(config, residuals, cotangents):
         dx = dx + ct_dbias.astype(jnp.float32).reshape(reduced)
     if config.x_sharding is not None:  # Explicit axes: the cotangent is typed like x
         dx = jax.sharding.reshard(dx, config.x_sharding)
-    zeros = jax.tree.map(jnp.zeros_like, quantizer_arrays)
-    return dx.astype(dtype), zeros, None
+    dx = vary_like(dx.astype(dtype), config.x_vma)
+    zeros = jax.tree.map(lambda a: vary_like(jnp.zeros_like(a), varying_axes(a)), quantizer_arrays)
+    return dx, zeros, None
 
 
 _quantize_ste.defvjp(_quantize_ste_fwd, _quantize_ste_bwd)
@@ -98,7 +100,7 @@ def _run(fn, x, quantizer, flatten_axis, amax_axes, impl, with_dbias, key):
     arrays, static = eqx.partition(quantizer, eqx.is_array)
     config = _Config(
         static, fa, tuple(amax_axes), impl, with_dbias, x.shape, x.dtype.name,
-        explicit_sharding(x),
+        explicit_sharding(x), varying_axes(x),
     )
     key_words = None if key is None else key_words_of(fn, key)
     return _quantize_ste(config, x, arrays, key_words)

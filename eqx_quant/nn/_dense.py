@@ -26,7 +26,14 @@ import jax.numpy as jnp
 from beartype import beartype
 from jaxtyping import Array, PRNGKeyArray, Shaped, jaxtyped
 
-from .._core import HighPrecision, validated_by
+from .._core import (
+    HighPrecision,
+    cotangent_for,
+    union_axes,
+    validated_by,
+    vary_like,
+    varying_axes,
+)
 from .._gemm import gemm
 from .._quantize import (
     Impl,
@@ -76,6 +83,7 @@ class _Static(NamedTuple):
     kernel_last: bool  # the kernel is (N..., K...) (Equinox's (out, in)), not (K..., N...)
     observe: bool  # quantizers' cotangent: zeros, and the observed amaxes go to `receivers`
     out_shape: tuple[int, ...]  # the kernel's output dims (N...)
+    manual: tuple[tuple[str, ...], ...]  # inside shard_map: the axes x, kernel, bias, state vary over
     quantizers: DenseQuantizers  # the static part (arrays removed)
     has_bias: bool
     impl: str
@@ -161,7 +169,8 @@ def observed_cotangent(receivers, amaxes: DenseQuantizers):
         if receiver is None:
             return None
         amax = jnp.asarray(amax, jnp.float32).reshape(receiver.shape[:-1])
-        return jnp.stack([amax, jnp.ones_like(amax)], axis=-1)
+        observed = jnp.stack([amax, jnp.ones_like(amax)], axis=-1)
+        return cotangent_for(observed, varying_axes(receiver), reduce="max")
 
     return DenseQuantizers(*(one(getattr(receivers, r), getattr(amaxes, r)) for r in _ROLES))
 
@@ -183,14 +192,23 @@ def backward_products(static: _Static, cx, ck, qs: DenseQuantizers, grad_key, dy
         dk = gemm(cg, cx, batch_dims, out_dtype=static.kernel_dtype)
     else:
         dk = gemm(cx, cg, batch_dims, out_dtype=static.kernel_dtype)
-    return dx, dk, dbias, DenseQuantizers(cx.amax, ck.amax, cg.amax), cg
+    # Inside shard_map: gradients of values every device holds are summed over the axes the
+    # data is split along (JAX's transpose of using them on every device); the amaxes that
+    # advance the state are maxed, so every device's next state is the global one.
+    x_axes, k_axes, b_axes, state_axes = static.manual
+    dx, dk = cotangent_for(dx, x_axes), cotangent_for(dk, k_axes)
+    dbias = cotangent_for(dbias, b_axes)
+    amaxes = DenseQuantizers(
+        *(cotangent_for(a, state_axes, reduce="max") for a in (cx.amax, ck.amax, cg.amax))
+    )
+    return dx, dk, dbias, amaxes, cg
 
 
 def quantizers_cotangent(static: _Static, qs: DenseQuantizers, q_arrays, receivers, amaxes):
     """(cotangent of the quantizers, cotangent of the receivers): the next state and None, or
     (in a layer's observe mode) zeros and the observed amaxes."""
     if static.observe:
-        zeros = jax.tree.map(jnp.zeros_like, q_arrays)
+        zeros = jax.tree.map(lambda a: vary_like(jnp.zeros_like(a), varying_axes(a)), q_arrays)
         return zeros, observed_cotangent(receivers, amaxes)
     following = DenseQuantizers(
         *(advance(getattr(qs, r), getattr(amaxes, r)) for r in _ROLES)
@@ -365,14 +383,18 @@ def dense(
     """
     n, kernel_last = contracted("dense", x, kernel, contracting_dims)
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
-    static = make_static(x, kernel, bias, n, kernel_last, False, q_static, impl, amax_axes)
+    static = make_static(x, kernel, bias, n, kernel_last, False, q_static, impl, amax_axes,
+                         q_arrays)
     return _dense_vjp(static, x, kernel, bias, q_arrays, None, key)
 
 
-def make_static(x, kernel, bias, n, kernel_last, observe, q_static, impl, amax_axes) -> _Static:
+def make_static(x, kernel, bias, n, kernel_last, observe, q_static, impl, amax_axes,
+                state=None) -> _Static:
     bias_dtype = None if bias is None else bias.dtype.name
+    manual = tuple(union_axes(v) for v in (x, kernel, bias, state))
     out_shape = kernel.shape[: kernel.ndim - n] if kernel_last else kernel.shape[n:]
     return _Static(
-        n, x.ndim - n, kernel_last, observe, tuple(out_shape), q_static, bias is not None, impl,
+        n, x.ndim - n, kernel_last, observe, tuple(out_shape), manual, q_static, bias is not None,
+        impl,
         tuple(amax_axes), x.dtype.name, kernel.dtype.name, bias_dtype,
     )
