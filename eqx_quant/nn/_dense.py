@@ -83,7 +83,7 @@ class _Static(NamedTuple):
     kernel_last: bool  # the kernel is (N..., K...) (Equinox's (out, in)), not (K..., N...)
     observe: bool  # quantizers' cotangent: zeros, and the observed amaxes go to `receivers`
     out_shape: tuple[int, ...]  # the kernel's output dims (N...)
-    manual: tuple[tuple[str, ...], ...]  # inside shard_map: the axes x, kernel, bias, state vary over
+    manual: tuple[tuple[str, ...], ...]  # in shard_map: axes x, kernel, bias, state vary over
     quantizers: DenseQuantizers  # the static part (arrays removed)
     has_bias: bool
     impl: str
