@@ -20,7 +20,14 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 
-from .._core import HighPrecision, validated_by
+from .._core import (
+    HighPrecision,
+    cotangent_for,
+    union_axes,
+    validated_by,
+    vary_like,
+    varying_axes,
+)
 from .._gemm import grouped_gemm, grouped_wgrad, row_group
 from .._quantize import (
     Impl,
@@ -52,6 +59,7 @@ from ._state import check_observed
 class _Static(NamedTuple):
     quantizers: DenseQuantizers  # the static part (arrays removed)
     observe: str | None  # a layer's name: observed amaxes go to `receivers` (as in `dense`)
+    manual: tuple[tuple[str, ...], ...]  # in shard_map: axes x, kernel, bias, state vary over
     has_bias: bool
     check: bool
     impl: str
@@ -107,13 +115,19 @@ def _grouped_dense_bwd(static: _Static, residuals, dy):
         gg, dbias = grouped_quantize(dy, group_sizes, qs.grad, **kw), None
     dx = grouped_gemm(gg, wk, rhs_contracting=1, out_dtype=static.x_dtype)
     dk = grouped_wgrad(gx, gg, out_dtype=static.kernel_dtype, check=False)
-    amaxes = DenseQuantizers(gx.amax, wk.amax, gg.amax)
+    # Inside shard_map, as in `dense`: gradients of invariant values summed, amaxes maxed.
+    x_axes, k_axes, b_axes, state_axes = static.manual
+    dx, dk, dbias = (cotangent_for(dx, x_axes), cotangent_for(dk, k_axes),
+                     cotangent_for(dbias, b_axes))
+    amaxes = DenseQuantizers(
+        *(cotangent_for(a, state_axes, reduce="max") for a in (gx.amax, wk.amax, gg.amax))
+    )
     if static.observe is not None:
-        ct_q = jax.tree.map(jnp.zeros_like, q_arrays)
+        ct_q = jax.tree.map(lambda a: vary_like(jnp.zeros_like(a), varying_axes(a)), q_arrays)
         ct_receivers = observed_cotangent(receivers, amaxes)
     else:
         following = DenseQuantizers(
-            advance(qs.x, gx.amax), advance(qs.kernel, wk.amax), advance(qs.grad, gg.amax)
+                *(advance(getattr(qs, r), getattr(amaxes, r)) for r in ("x", "kernel", "grad"))
         )
         ct_q, ct_receivers = eqx.filter(following, eqx.is_array), None
     ct_sizes = np.zeros(group_sizes.shape, jax.dtypes.float0)
@@ -213,6 +227,7 @@ def grouped_dense_call(x, kernel, group_sizes, bias, quantizers, receivers, key,
     """`grouped_dense` after its checks; a layer named `observe` passes its receivers."""
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
     bias_dtype = None if bias is None else bias.dtype.name
-    static = _Static(q_static, observe, bias is not None, bool(check), impl, x.dtype.name,
+    manual = tuple(union_axes(v) for v in (x, kernel, bias, q_arrays))
+    static = _Static(q_static, observe, manual, bias is not None, bool(check), impl, x.dtype.name,
                      kernel.dtype.name, bias_dtype)
     return _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, receivers, key)

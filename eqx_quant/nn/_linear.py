@@ -197,7 +197,9 @@ class Linear(AbstractQuantizedLayer):
         key = layer_key(name, self, key)
         if self.recipe is None:
             y = x @ self.weight.T.astype(x.dtype)
-            return y if self.bias is None else y + self.bias.astype(y.dtype)
+            if self.bias is None:
+                return y
+            return y + self.bias.astype(y.dtype).reshape((1,) * (y.ndim - 1) + (-1,))
         qs = layer_quantizers(self, None)
         # The checks see a stand-in of row count 16: any batch works (see row_multiple).
         stand_in = jax.ShapeDtypeStruct((16, self.in_features), x.dtype)

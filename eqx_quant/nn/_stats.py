@@ -26,13 +26,14 @@ def _one(v, t) -> jax.Array:
     # Flushed: a non-zero value stored as zero.
     flushed = (v != 0) & (deq == 0)
     count = max(v.size, 1)
+    nonzero = jnp.maximum(jnp.sum(v != 0, dtype=jnp.float32), 1.0)
     scale_inv = part.scale_inv
     scale = (1.0 / scale_inv.astype(jnp.float32).reshape(())) if scale_inv.size == 1 else jnp.nan
     return jnp.stack([
         jnp.asarray(scale, jnp.float32),
-        t.amax.astype(jnp.float32).reshape(()),
+        jnp.max(jnp.abs(v)) if v.size else jnp.float32(0),
         jnp.sum(saturated, dtype=jnp.float32) / count,
-        jnp.sum(flushed, dtype=jnp.float32) / count,
+        jnp.sum(flushed, dtype=jnp.float32) / nonzero,
     ])
 
 
