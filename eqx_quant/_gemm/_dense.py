@@ -61,6 +61,7 @@ class _GemmSpec(NamedTuple):
     on_payloads: bool  # per-tensor FP8: the product of the stored payloads
     in_bf16: bool  # block formats: the forward product of exact bfloat16 values
     out_dtype: str
+    out_sharding: jax.sharding.NamedSharding | jax.sharding.PartitionSpec | None
 
 
 def _operand(part: ScaledTensor1x, dims: tuple[int, ...]) -> _Operand:
@@ -86,7 +87,7 @@ def _check_operand(fn: str, side: str, operand) -> None:
         )
 
 
-def _spec(lhs, rhs, contracting_dims, out_dtype):
+def _spec(lhs, rhs, contracting_dims, out_dtype, out_sharding=None):
     """The static spec of one call and the two parts it reads (every check is here)."""
     fn = "gemm"
     _check_operand(fn, "lhs", lhs)
@@ -114,14 +115,42 @@ def _spec(lhs, rhs, contracting_dims, out_dtype):
     out_dtype = out_dtype_name(fn, lp.dq_dtype, out_dtype)
     in_bf16 = multiplies_in_bf16(lp.scaling_mode, lp.rht_sign_mask, rp.scaling_mode,
                                  rp.rht_sign_mask)
-    spec = _GemmSpec(_operand(lp, ld), _operand(rp, rd), on_payloads, in_bf16, out_dtype)
+    if out_sharding is not None and not isinstance(
+        out_sharding, jax.sharding.NamedSharding | jax.sharding.PartitionSpec
+    ):
+        raise TypeError(
+            f"{fn}: out_sharding must be a jax.sharding.NamedSharding or PartitionSpec (as in "
+            f"jnp.dot), got {type(out_sharding).__name__}."
+        )
+    spec = _GemmSpec(_operand(lp, ld), _operand(rp, rd), on_payloads, in_bf16, out_dtype,
+                     out_sharding)
     return spec, lp, rp
+
+
+def _stored_out_sharding(spec: _GemmSpec):
+    """`out_sharding` (in the result's order) for dot_general's output, whose free dims come
+    in the operands' stored order."""
+    out = spec.out_sharding
+    if out is None:
+        return None
+    n_lhs = len(spec.lhs.free_order)
+    order = spec.lhs.free_order + tuple(n_lhs + i for i in spec.rhs.free_order)
+    pspec = out.spec if isinstance(out, jax.sharding.NamedSharding) else out
+    entries = tuple(pspec) + (None,) * (len(order) - len(pspec))
+    stored = [None] * len(order)
+    for j, i in enumerate(order):
+        stored[i] = entries[j]
+    stored_spec = jax.sharding.PartitionSpec(*stored)
+    if isinstance(out, jax.sharding.NamedSharding):
+        return jax.sharding.NamedSharding(out.mesh, stored_spec)
+    return stored_spec
 
 
 def _product(a, b, spec: _GemmSpec, precision) -> Array:
     """float32 product of two stored-layout operands, free dims in original order."""
     dims = ((spec.lhs.contracting, spec.rhs.contracting), ((), ()))
-    y = jax.lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
+    y = jax.lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32,
+                            out_sharding=_stored_out_sharding(spec))
     n_lhs = len(spec.lhs.free_order)
     order = spec.lhs.free_order + tuple(n_lhs + i for i in spec.rhs.free_order)
     return jnp.transpose(y, order)
@@ -181,8 +210,8 @@ def _gemm_bwd(spec, residuals, ct):
 _gemm_vjp.defvjp(_gemm_fwd, _gemm_bwd)
 
 
-def _check_gemm(lhs, rhs, contracting_dims, out_dtype) -> None:
-    _spec(lhs, rhs, contracting_dims, out_dtype)
+def _check_gemm(lhs, rhs, contracting_dims, out_dtype, out_sharding) -> None:
+    _spec(lhs, rhs, contracting_dims, out_dtype, out_sharding)
 
 
 @validated_by(_check_gemm)
@@ -193,6 +222,7 @@ def gemm(
     contracting_dims: Sequence[Sequence[int]] = ((-1,), (0,)),
     *,
     out_dtype: jax.typing.DTypeLike | None = None,
+    out_sharding: jax.sharding.NamedSharding | jax.sharding.PartitionSpec | None = None,
 ) -> Shaped[Array, "..."]:
     """The product of two quantized tensors, contracting `contracting_dims`.
 
@@ -207,11 +237,15 @@ def gemm(
       `S[flatten_axis:]` (read from the rowwise copy) or its leading dims `S[:flatten_axis]`
       (read from the colwise copy). Per-tensor FP8 may contract any dims.
     - `out_dtype`: float32, bfloat16 or float16; default lhs's original dtype.
+    - `out_sharding`: the result's sharding, as in `jnp.dot` (a `NamedSharding`, or a
+      `PartitionSpec` under `jax.set_mesh`). Needed on Explicit mesh axes when the
+      contracted dims are sharded (e.g. a weight gradient over a batch split by data
+      parallelism: `P()` all-reduces the product).
 
     **Returns:** an array of shape `lhs free dims + rhs free dims`, each in original order.
 
     Works under `jit`, `vmap` (one example per call), `grad` (straight-through), sharded
     `jit` and `shard_map`.
     """
-    spec, lp, rp = _spec(lhs, rhs, contracting_dims, out_dtype)
+    spec, lp, rp = _spec(lhs, rhs, contracting_dims, out_dtype, out_sharding)
     return _gemm_vjp((lp.data, lp.scale_inv, lp.amax), (rp.data, rp.scale_inv, rp.amax), spec)

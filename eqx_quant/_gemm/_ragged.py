@@ -13,7 +13,35 @@ import jax
 import jax.numpy as jnp
 from jax.lax import RaggedDotDimensionNumbers
 
+from .._core import explicit_sharding, with_auto_axes_to
 from ..reference import grouped
+
+
+def _spec_entry(value, dim: int):
+    sharding = explicit_sharding(value)
+    if sharding is None:
+        return None
+    spec = tuple(sharding.spec) + (None,) * (value.ndim - len(sharding.spec))
+    return spec[dim]
+
+
+def _explicit_out(entries, *values):
+    """On Explicit axes: the sharding `P(*entries)` on the operands' mesh (an axis named by
+    two entries is dropped from the later one), to run the product with those axes as Auto
+    (XLA has no Explicit sharding rule for ragged dots). None off Explicit axes."""
+    shardings = [explicit_sharding(v) for v in values]
+    mesh = next((s.mesh for s in shardings if s is not None), None)
+    if mesh is None:
+        return None
+    used, out = set(), []
+    for e in entries:
+        names = () if e is None else (e if isinstance(e, tuple) else (e,))
+        if any(n in used for n in names):
+            e = None
+        else:
+            used.update(names)
+        out.append(e)
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*out))
 
 
 def group_counts(group_sizes, rows: int):
@@ -44,9 +72,13 @@ def rows_times_groups(precision):
 
     @jax.custom_batching.custom_vmap
     def product(a, b, counts):
-        return jax.lax.ragged_dot(
-            a, b, counts, precision=precision, preferred_element_type=jnp.float32
-        )
+        def ragged(a, b, counts):
+            return jax.lax.ragged_dot(
+                a, b, counts, precision=precision, preferred_element_type=jnp.float32
+            )
+
+        out = _explicit_out((_spec_entry(a, 0), _spec_entry(b, 2)), a, b, counts)
+        return with_auto_axes_to(ragged, out)(a, b, counts)
 
     @product.def_vmap
     def _fold(size, in_batched, a, b, counts):
@@ -72,9 +104,13 @@ def outer_per_group(precision):
 
     @jax.custom_batching.custom_vmap
     def product(a, c, counts):
-        return jax.lax.ragged_dot_general(
-            a, c, counts, dims, precision=precision, preferred_element_type=jnp.float32
-        )
+        def ragged(a, c, counts):
+            return jax.lax.ragged_dot_general(
+                a, c, counts, dims, precision=precision, preferred_element_type=jnp.float32
+            )
+
+        out = _explicit_out((None, _spec_entry(a, 1), _spec_entry(c, 1)), a, c, counts)
+        return with_auto_axes_to(ragged, out)(a, c, counts)
 
     @product.def_vmap
     def _fold(size, in_batched, a, c, counts):

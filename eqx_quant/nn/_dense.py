@@ -29,6 +29,7 @@ from jaxtyping import Array, PRNGKeyArray, Shaped, jaxtyped
 from .._core import (
     HighPrecision,
     cotangent_for,
+    explicit_sharding,
     union_axes,
     validated_by,
     vary_like,
@@ -84,6 +85,7 @@ class _Static(NamedTuple):
     observe: bool  # quantizers' cotangent: zeros, and the observed amaxes go to `receivers`
     out_shape: tuple[int, ...]  # the kernel's output dims (N...)
     manual: tuple[tuple[str, ...], ...]  # in shard_map: axes x, kernel, bias, state vary over
+    shardings: tuple  # Explicit axes: x's, kernel's, the output's, bias' sharding, else None
     quantizers: DenseQuantizers  # the static part (arrays removed)
     has_bias: bool
     impl: str
@@ -130,7 +132,7 @@ def forward_product(static: _Static, cx, ck, bias, out_dtype):
     """`x @ kernel + bias` from the quantized copies."""
     n, x_ndim = static.n, static.batch + static.n
     dims = (tuple(range(x_ndim - n, x_ndim)), _kernel_dims(static, _k_ndim(static))[0])
-    y = gemm(cx, ck, dims, out_dtype=jnp.float32)
+    y = gemm(cx, ck, dims, out_dtype=jnp.float32, out_sharding=static.shardings[2])
     if static.has_bias:
         y = y + bias.astype(jnp.float32).reshape((1,) * static.batch + bias.shape)
     return y.astype(out_dtype)
@@ -186,18 +188,24 @@ def backward_products(static: _Static, cx, ck, qs: DenseQuantizers, grad_key, dy
     else:
         cg, dbias = quantize(dy, qs.grad, batch, **kw), None
     kernel_out = _kernel_dims(static, _k_ndim(static))[1]
-    dx = gemm(cg, ck, (tuple(range(batch, dy.ndim)), kernel_out), out_dtype=static.x_dtype)
+    x_sharding, k_sharding, _, b_sharding = static.shardings
+    dx = gemm(cg, ck, (tuple(range(batch, dy.ndim)), kernel_out), out_dtype=static.x_dtype,
+              out_sharding=x_sharding)
+    # On Explicit axes the weight gradient contracts the (sharded) batch: its sharding is the
+    # kernel's, and JAX reduces the per-device products into it.
     batch_dims = (tuple(range(batch)), tuple(range(batch)))
     if static.kernel_last:
-        dk = gemm(cg, cx, batch_dims, out_dtype=static.kernel_dtype)
+        dk = gemm(cg, cx, batch_dims, out_dtype=static.kernel_dtype, out_sharding=k_sharding)
     else:
-        dk = gemm(cx, cg, batch_dims, out_dtype=static.kernel_dtype)
+        dk = gemm(cx, cg, batch_dims, out_dtype=static.kernel_dtype, out_sharding=k_sharding)
     # Inside shard_map: gradients of values every device holds are summed over the axes the
     # data is split along (JAX's transpose of using them on every device); the amaxes that
     # advance the state are maxed, so every device's next state is the global one.
     x_axes, k_axes, b_axes, state_axes = static.manual
     dx, dk = cotangent_for(dx, x_axes), cotangent_for(dk, k_axes)
     dbias = cotangent_for(dbias, b_axes)
+    if b_sharding is not None and dbias is not None:  # Explicit axes: typed like the bias
+        dbias = jax.sharding.reshard(dbias, b_sharding)
     amaxes = DenseQuantizers(
         *(cotangent_for(a, state_axes, reduce="max") for a in (cx.amax, ck.amax, cg.amax))
     )
@@ -315,7 +323,8 @@ def check_layer_key(fn: str, quantizers: DenseQuantizers, key) -> None:
         key_words_of(fn, key)
 
 
-def check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, impl) -> None:
+def check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, impl,
+                out_sharding=None) -> None:
     fn = "dense"
     check_operand_dtypes(fn, (("x", x), ("kernel", kernel), ("bias", bias)))
     check_quantizer_set(fn, quantizers)
@@ -351,6 +360,7 @@ def dense(
     key: PRNGKeyArray | None = None,
     amax_axes: Sequence[str] = (),
     impl: Impl = "auto",
+    out_sharding: jax.sharding.NamedSharding | jax.sharding.PartitionSpec | None = None,
 ) -> Shaped[Array, "..."]:
     """`x @ kernel + bias` with every GEMM, forward and backward, on quantized operands.
 
@@ -369,6 +379,9 @@ def dense(
       `jax.random.fold_in(key, i)`, i = 0, 1, 2 for x, kernel, grad).
     - `amax_axes`, `impl`: as in `eqx_quant.quantize`, for all three quantizations (inside
       `shard_map`, name the axes whose devices must share each tensor's amax).
+    - `out_sharding`: the output's sharding, as in `jnp.dot` (e.g. `P("data", None)` for a
+      row-parallel layer on Explicit axes, where the contracted dims are sharded). The
+      gradients take x's and the kernel's shardings.
 
     **Returns:** `(batch..., N...)` in x's dtype.
 
@@ -384,17 +397,19 @@ def dense(
     n, kernel_last = contracted("dense", x, kernel, contracting_dims)
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
     static = make_static(x, kernel, bias, n, kernel_last, False, q_static, impl, amax_axes,
-                         q_arrays)
+                         q_arrays, out_sharding)
     return _dense_vjp(static, x, kernel, bias, q_arrays, None, key)
 
 
 def make_static(x, kernel, bias, n, kernel_last, observe, q_static, impl, amax_axes,
-                state=None) -> _Static:
+                state=None, out_sharding=None) -> _Static:
     bias_dtype = None if bias is None else bias.dtype.name
     manual = tuple(union_axes(v) for v in (x, kernel, bias, state))
+    bias_sharding = None if bias is None else explicit_sharding(bias)
+    shardings = (explicit_sharding(x), explicit_sharding(kernel), out_sharding, bias_sharding)
     out_shape = kernel.shape[: kernel.ndim - n] if kernel_last else kernel.shape[n:]
     return _Static(
-        n, x.ndim - n, kernel_last, observe, tuple(out_shape), manual, q_static, bias is not None,
-        impl,
+        n, x.ndim - n, kernel_last, observe, tuple(out_shape), manual, shardings, q_static,
+        bias is not None, impl,
         tuple(amax_axes), x.dtype.name, kernel.dtype.name, bias_dtype,
     )

@@ -23,6 +23,7 @@ from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 from .._core import (
     HighPrecision,
     cotangent_for,
+    explicit_sharding,
     union_axes,
     validated_by,
     vary_like,
@@ -60,6 +61,7 @@ class _Static(NamedTuple):
     quantizers: DenseQuantizers  # the static part (arrays removed)
     observe: str | None  # a layer's name: observed amaxes go to `receivers` (as in `dense`)
     manual: tuple[tuple[str, ...], ...]  # in shard_map: axes x, kernel, bias, state vary over
+    shardings: tuple  # Explicit axes: x's, kernel's, bias' sharding (else None)
     has_bias: bool
     check: bool
     impl: str
@@ -119,6 +121,9 @@ def _grouped_dense_bwd(static: _Static, residuals, dy):
     x_axes, k_axes, b_axes, state_axes = static.manual
     dx, dk, dbias = (cotangent_for(dx, x_axes), cotangent_for(dk, k_axes),
                      cotangent_for(dbias, b_axes))
+    # On Explicit axes each gradient is typed with its primal's sharding.
+    dx, dk, dbias = (v if v is None or sh is None else jax.sharding.reshard(v, sh)
+                     for v, sh in zip((dx, dk, dbias), static.shardings))
     amaxes = DenseQuantizers(
         *(cotangent_for(a, state_axes, reduce="max") for a in (gx.amax, wk.amax, gg.amax))
     )
@@ -228,6 +233,7 @@ def grouped_dense_call(x, kernel, group_sizes, bias, quantizers, receivers, key,
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
     bias_dtype = None if bias is None else bias.dtype.name
     manual = tuple(union_axes(v) for v in (x, kernel, bias, q_arrays))
-    static = _Static(q_static, observe, manual, bias is not None, bool(check), impl, x.dtype.name,
+    shardings = tuple(None if v is None else explicit_sharding(v) for v in (x, kernel, bias))
+    static = _Static(q_static, observe, manual, shardings, bias is not None, bool(check), impl, x.dtype.name,
                      kernel.dtype.name, bias_dtype)
     return _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, receivers, key)
