@@ -234,6 +234,6 @@ def grouped_dense_call(x, kernel, group_sizes, bias, quantizers, receivers, key,
     bias_dtype = None if bias is None else bias.dtype.name
     manual = tuple(union_axes(v) for v in (x, kernel, bias, q_arrays))
     shardings = tuple(None if v is None else explicit_sharding(v) for v in (x, kernel, bias))
-    static = _Static(q_static, observe, manual, shardings, bias is not None, bool(check), impl, x.dtype.name,
-                     kernel.dtype.name, bias_dtype)
+    static = _Static(q_static, observe, manual, shardings, bias is not None, bool(check), impl,
+                     x.dtype.name, kernel.dtype.name, bias_dtype)
     return _grouped_dense_vjp(static, x, kernel, group_sizes, bias, q_arrays, receivers, key)
