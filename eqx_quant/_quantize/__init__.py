@@ -27,6 +27,7 @@ from ._checks import (
 )
 from ._dense import quantize as quantize
 from ._dense import quantize_dbias as quantize_dbias
+from ._grouped import check_sizes_now as check_sizes_now
 from ._grouped import (
     checked as checked,
 )

@@ -87,6 +87,16 @@ def check_quantizer_state(fn: str, quantizer) -> None:
             "grouped inputs: use eqx_quant.grouped_quantize, or quantizer.group(g) (a "
             "DelayedScaleQuantizer) for one dense tensor."
         )
+    if isinstance(quantizer, DelayedScaleQuantizer) and (
+        quantizer.scale.ndim == 1 and quantizer.scale.shape != (1,)
+        or quantizer.amax_history.ndim == 1 and quantizer.scale.ndim != 1
+    ):
+        raise ValueError(
+            f"{fn}: the DelayedScaleQuantizer's scale must have shape (1,) (one float32 per "
+            f"tensor) and its amax_history shape (L,), got scale {quantizer.scale.shape} and "
+            f"amax_history {quantizer.amax_history.shape} (set with eqx.tree_at?). Build it "
+            "with DelayedScaleQuantizer(scale=jnp.asarray([s], jnp.float32))."
+        )
     if isinstance(quantizer, DelayedScaleQuantizer) and holds_stack(quantizer):
         raise ValueError(
             f"{fn}: the DelayedScaleQuantizer holds a stack of states (scale of shape "

@@ -135,6 +135,10 @@ def quantize(
     - `quantizer`: e.g. `eqx_quant.CurrentScaleQuantizer()` or a `DelayedScaleQuantizer`.
     - `flatten_axis`: splits x into the 2-D view `(prod(S[:fa]), prod(S[fa:]))` that the
       colwise (transposed) copy is built from. Default -1.
+    - `key`: a `jax.random.key`, required when the quantizer rounds stochastically
+      (`NVFP4Quantizer(stochastic_rounding=True)`) and rejected otherwise; the random bits of
+      each element depend only on the key and the element's index, so they are the same on
+      every backend and mesh.
     - `amax_axes`: inside `shard_map`, the mesh axes to reduce the amax over (e.g. `("tp",)`);
       by default the amax is local to the device there. Under sharded `jit` the amax is always
       global, so results equal the unsharded call bit for bit.

@@ -16,7 +16,13 @@ from beartype import beartype
 from jax import lax
 from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 
-from .._core import HighPrecision, explicit_sharding, validated_by, with_auto_axes_to
+from .._core import (
+    HighPrecision,
+    explicit_sharding,
+    validated_by,
+    varying_axes,
+    with_auto_axes_to,
+)
 from .._formats import format_of
 from .._ops import GroupedParams, grouped_dbias_op
 from .._quantizer import AbstractQuantizer
@@ -55,12 +61,26 @@ def _raise_if(bad, message: str) -> None:
 
 def checked(value, bad, message: str):
     """`value` with a run-time error attached that fires when `bad` is true."""
-    if jax.typeof(bad).manual_axis_type.varying:
+    if varying_axes(bad):
         # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
         # (its error branch is not device-varying); a host callback raises the same error.
         jax.debug.callback(functools.partial(_raise_if, message=message), bad)
         return value
     return eqx.error_if(value, bad, message)
+
+
+def check_sizes_now(fn: str, group_sizes, total: int, check: bool) -> None:
+    """Outside `jit` the sizes are concrete: a bad vector is a plain ValueError here, which
+    says what the sizes were (under `jit` the run-time check raises instead)."""
+    if not check or group_sizes is None or isinstance(group_sizes, jax.core.Tracer):
+        return
+    sizes = np.asarray(group_sizes).astype(np.int64)
+    if np.any(sizes < 0) or int(sizes.sum()) != total:
+        raise ValueError(
+            f"{fn}: group_sizes must be non-negative and sum to x.shape[0] = {total}, got "
+            f"{sizes.tolist()} (sum {int(sizes.sum())}). Rows past the sum would be zero in "
+            "the output; pass check=False to allow that."
+        )
 
 
 def _checked_sizes(group_sizes, total: int, check: bool):
@@ -171,6 +191,7 @@ _grouped_ste.defvjp(_grouped_ste_fwd, _grouped_ste_bwd)
 
 def _run(fn, x, group_sizes, quantizer, flatten_axis, key, check, impl, with_dbias):
     fa = check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key)
+    check_sizes_now(fn, group_sizes, x.shape[0], check)
     if group_sizes is None:
         group_sizes = jnp.ones((x.shape[0],), jnp.int32)
     arrays, static = eqx.partition(quantizer, eqx.is_array)
@@ -252,6 +273,7 @@ def _check_gd(grad, group_sizes, check, impl):
     if impl not in ("auto", "ffi", "reference"):
         raise ValueError(f"{fn}: impl must be 'auto', 'ffi' or 'reference', got {impl!r}.")
     check_group_sizes(fn, grad, group_sizes)
+    check_sizes_now(fn, group_sizes, grad.shape[0], check)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))

@@ -23,7 +23,8 @@ def _check_delayed_args(
     check_layout(name, q_layout)
     for field, value in (("scale", scale), ("amax_history", amax_history)):
         if value is not None and (not isinstance(value, jax.Array) or value.dtype != jnp.float32):
-            got = f"{type(value).__name__} of dtype {getattr(value, 'dtype', '?')}"
+            got = (f"{type(value).__name__} of dtype {value.dtype}" if hasattr(value, "dtype")
+                   else f"a Python {type(value).__name__} ({value!r})")
             raise TypeError(
                 f"{name}: {field} must be a float32 jax.Array, got {got}. "
                 "Pass jnp.asarray(..., jnp.float32)."
@@ -40,8 +41,12 @@ def _check_delayed_args(
         not isinstance(margin, int | float)
         or isinstance(margin, bool)
         or not math.isfinite(margin)
+        or margin < 0
     ):
-        raise ValueError(f"{name}: margin must be a finite float, got {margin!r}.")
+        raise ValueError(
+            f"{name}: margin must be a finite float >= 0 (the scale is divided by 2^margin, "
+            f"TE's headroom), got {margin!r}."
+        )
     if amax_compute_algo not in ("max", "most_recent"):
         raise ValueError(
             f"{name}: amax_compute_algo must be 'max' or 'most_recent', got {amax_compute_algo!r}."

@@ -19,7 +19,12 @@ from jaxtyping import Array, Float, Int, Shaped, jaxtyped
 from .._core import ScalingMode
 from .._formats import format_of
 from ..reference import grouped, mxfp8
-from ._scaled_tensor import AbstractLayoutPair, AbstractScaledTensor, ScaledTensor1x
+from ._scaled_tensor import (
+    AbstractLayoutPair,
+    AbstractScaledTensor,
+    ScaledTensor1x,
+    float_dtype_name,
+)
 
 
 class GroupedLayout(NamedTuple):
@@ -244,11 +249,23 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
     def num_groups(self) -> int:
         return self.group_sizes.shape[-1]
 
-    def dequantize(self) -> Shaped[Array, "..."]:
-        """x's shape and dtype; rows past the last group are 0. Straight-through gradient."""
-        return _dequantize_vjp(
-            self.data, self.scale_inv, self.amax, self.group_sizes, self._layout
-        )
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The original tensor's shape."""
+        return self.original_shape
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The original tensor's dtype."""
+        return jnp.dtype(self.dq_dtype)
+
+    def dequantize(self, dtype=None) -> Shaped[Array, "..."]:
+        """x's shape, in `dtype` (default x's); rows past the last group are 0.
+        Straight-through gradient."""
+        layout = self._layout
+        if dtype is not None:
+            layout = layout._replace(dq_dtype=float_dtype_name(dtype))
+        return _dequantize_vjp(self.data, self.scale_inv, self.amax, self.group_sizes, layout)
 
     def group_part(self, g: int) -> ScaledTensor1x:
         """Group `g` as the dense `ScaledTensor1x` that `quantize(x_g, q_g)` returns for the

@@ -21,12 +21,23 @@ from .._formats import format_of
 from . import _swizzle
 
 
+def float_dtype_name(dtype) -> str:
+    name = jnp.dtype(dtype).name
+    if name not in ("float32", "float16", "bfloat16"):
+        raise TypeError(
+            f"dequantize: dtype must be float32, float16 or bfloat16 (or None for the original "
+            f"dtype), got {name}."
+        )
+    return name
+
+
 class AbstractScaledTensor(eqx.Module):
     """A quantized tensor that can be dequantized back to its original shape and dtype."""
 
     @abc.abstractmethod
-    def dequantize(self) -> Shaped[Array, "..."]:
-        """Return the dequantized array with the original shape and dtype."""
+    def dequantize(self, dtype=None) -> Shaped[Array, "..."]:
+        """Return the dequantized array with the original shape, in `dtype` (default: the
+        original dtype)."""
 
 
 @jaxtyped(typechecker=beartype)
@@ -78,13 +89,24 @@ class ScaledTensor1x(AbstractScaledTensor):
         split = self.ndim - self.flatten_axis
         return shape[split:] + shape[:split]
 
-    def dequantize(self) -> Shaped[Array, "..."]:
-        """The values in x's dtype and shape: `float32(data) * scale` (per tensor or per block,
-        and for NVFP4 times the global scale, undoing the RHT), rounded once to x's dtype and
-        un-transposed. The gradient is the straight-through identity."""
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The original tensor's shape (what `dequantize()` returns)."""
+        return self.original_shape
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The original tensor's dtype (what `dequantize()` returns by default)."""
+        return jnp.dtype(self.dq_dtype)
+
+    def dequantize(self, dtype=None) -> Shaped[Array, "..."]:
+        """The values in x's shape: `float32(data) * scale` (per tensor or per block, and for
+        NVFP4 times the global scale, undoing the RHT), rounded once to `dtype` (default x's
+        dtype) and un-transposed. The gradient is the straight-through identity."""
+        dq_dtype = self.dq_dtype if dtype is None else float_dtype_name(dtype)
         meta = PartMeta(
             self.scaling_mode,
-            self.dq_dtype,
+            dq_dtype,
             self.data_layout,
             self.flatten_axis,
             self.ndim,
@@ -193,9 +215,24 @@ class AbstractLayoutPair(AbstractScaledTensor):
             return QuantizeLayout.ROWWISE_COLWISE
         return QuantizeLayout.ROWWISE if self.rowwise is not None else QuantizeLayout.COLWISE
 
-    def dequantize(self) -> Shaped[Array, "..."]:
-        """Dequantize the rowwise part (or the colwise one if there is no rowwise part)."""
-        return self._first.dequantize()
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The original tensor's shape."""
+        return self._first.shape
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The original tensor's dtype."""
+        return self._first.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dequantize(self, dtype=None) -> Shaped[Array, "..."]:
+        """Dequantize the rowwise part (or the colwise one if there is no rowwise part), to
+        `dtype` (default: the original dtype)."""
+        return self._first.dequantize(dtype)
 
 
 @jaxtyped(typechecker=beartype)

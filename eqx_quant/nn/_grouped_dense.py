@@ -35,6 +35,7 @@ from .._quantize import (
     check_block_shape,
     check_group_sizes,
     check_grouped,
+    check_sizes_now,
     grouped_quantize,
     grouped_quantize_dbias,
     quantize,
@@ -172,6 +173,7 @@ def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, im
             f"{kernel.shape}."
         )
     groups = check_group_sizes(fn, x, group_sizes)
+    check_sizes_now(fn, group_sizes, x.shape[0], check)
     if kernel.shape[0] != groups:
         raise ValueError(
             f"{fn}: kernel holds {kernel.shape[0]} experts but group_sizes has {groups} groups."

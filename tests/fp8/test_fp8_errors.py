@@ -89,7 +89,7 @@ def test_delayed_bad_shapes_and_values():
         eqq.DelayedScaleQuantizer(amax_history_len=4, amax_history=jnp.zeros(3))
     with pytest.raises(ValueError, match=r"amax_history_len must be an int >= 1, got 0"):
         eqq.DelayedScaleQuantizer(amax_history_len=0)
-    with pytest.raises(ValueError, match=r"margin must be a finite float, got inf"):
+    with pytest.raises(ValueError, match=r"margin must be a finite float >= 0 .*got inf"):
         eqq.DelayedScaleQuantizer(margin=float("inf"))
     with pytest.raises(ValueError, match=r"amax_compute_algo must be 'max' or 'most_recent', got 'mean'"):
         eqq.DelayedScaleQuantizer(amax_compute_algo="mean")
@@ -164,7 +164,7 @@ def test_delayed_int_margin_and_history_len():
     assert q_int.amax_history_len == 2
     with pytest.raises(ValueError, match=r"amax_history_len must be an int >= 1, got True"):
         eqq.DelayedScaleQuantizer(amax_history_len=True)
-    with pytest.raises(ValueError, match=r"margin must be a finite float, got True"):
+    with pytest.raises(ValueError, match=r"margin must be a finite float >= 0 .*got True"):
         eqq.DelayedScaleQuantizer(margin=True)
 
 
