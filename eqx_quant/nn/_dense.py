@@ -189,6 +189,12 @@ def backward_products(static: _Static, cx, ck, qs: DenseQuantizers, grad_key, dy
         cg, dbias = quantize(dy, qs.grad, batch, **kw), None
     kernel_out = _kernel_dims(static, _k_ndim(static))[1]
     x_sharding, k_sharding, _, b_sharding = static.shardings
+    dy_sharding = explicit_sharding(dy)
+    if dy_sharding is not None:
+        # Weights made outside the mesh are replicated on it: so are their gradients.
+        replicated = jax.sharding.NamedSharding(dy_sharding.mesh, jax.sharding.PartitionSpec())
+        k_sharding = replicated if k_sharding is None else k_sharding
+        b_sharding = replicated if b_sharding is None and static.has_bias else b_sharding
     dx = gemm(cg, ck, (tuple(range(batch, dy.ndim)), kernel_out), out_dtype=static.x_dtype,
               out_sharding=x_sharding)
     # On Explicit axes the weight gradient contracts the (sharded) batch: its sharding is the

@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
+from .._core import union_axes
+
 from ._dense import (
     DenseQuantizers,
     backward_products,
@@ -207,5 +209,9 @@ class Linear(AbstractQuantizedLayer):
         q_arrays, q_static = eqx.partition(qs, eqx.is_array)
         static = make_static(stand_in, self.weight, self.bias, 1, True, True, q_static, "auto",
                              ())
+        # Inside shard_map: the manual axes of the real operands (the stand-in has none).
+        static = static._replace(
+            manual=tuple(union_axes(v) for v in (x, self.weight, self.bias, q_arrays))
+        )
         op = _linear_op(static, name)
         return op(x, self.weight, self.bias, q_arrays, receivers_of(self.state), self.probe, key)

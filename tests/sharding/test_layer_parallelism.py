@@ -216,3 +216,49 @@ def test_grouped_dense_gradient_explicit_and_shard_map():
     dx_bound = 2 * 2 * 2.0**-4 * np.einsum("mn,mkn->mk", t_abs, k_abs[row_group])
     got_dx = np.asarray(dx, np.float64)[order]
     assert np.all(np.abs(got_dx - np.asarray(ref_dx)) <= dx_bound + 1e-4)
+
+
+# The collectives of one forward + backward step of a (1024, 512) @ (512, 256) dense layer
+# on a (4, 2) mesh, per layout, current scaling: a u32 all-reduce is one tensor's amax (x, the
+# kernel when it is split, dy), the float32 ones are the partial products that the layout
+# splits (data: dkernel over the batch; column: dx over N and dkernel over the batch; row:
+# y over K and dkernel over the batch). FSDP gathers only the weights.
+EXPECTED_COLLECTIVES = {
+    "data": {("all-reduce", "u32[1]"): 2, ("all-reduce", "f32[512,256]"): 1},
+    "column": {("all-reduce", "u32[1]"): 3, ("all-reduce", "f32[256,512]"): 1,
+               ("all-reduce", "f32[512,128]"): 1},
+    "row": {("all-reduce", "u32[1]"): 3, ("all-reduce", "f32[256,256]"): 2},
+}
+
+
+def _collectives(hlo: str) -> dict:
+    import collections
+    import re
+
+    found = collections.Counter()
+    pattern = r"= (\S+) (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)"
+    for m in re.finditer(pattern + r"(-start)?\(", hlo):
+        found[(m.group(2), m.group(1).split("{")[0])] += 1
+    return dict(found)
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto], ids=str)
+@pytest.mark.parametrize("layout", ["data", "column", "row", "fsdp"])
+def test_dense_step_collectives(layout, axis_type):
+    qs = RECIPES["current"]()
+    x_spec, k_spec, out = LAYOUTS[layout]
+    mesh = _mesh(axis_type)
+    xs = jax.device_put(jnp.ones((1024, 512)), NamedSharding(mesh, x_spec))
+    ks = jax.device_put(jnp.ones((512, 256)), NamedSharding(mesh, k_spec))
+    out_sharding = out if axis_type == AxisType.Explicit else None
+    with jax.set_mesh(mesh):
+        f = jax.jit(jax.grad(lambda x, w: jnp.sum(
+            eqq.dense(x, w, quantizers=qs, out_sharding=out_sharding) ** 2), argnums=(0, 1)))
+        found = _collectives(f.lower(xs, ks).compile().as_text())
+    if layout in EXPECTED_COLLECTIVES:
+        assert found == EXPECTED_COLLECTIVES[layout], found
+        return
+    # FSDP: the weights (and only they) are all-gathered, in their two orientations
+    gathers = {shape for (kind, shape) in found if kind == "all-gather"}
+    assert gathers == {"f32[512,256]", "f32[256,512]"}, found
+    assert found[("all-reduce", "u32[1]")] == 3, found
