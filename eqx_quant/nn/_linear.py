@@ -8,7 +8,6 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from .._core import union_axes
-
 from ._dense import (
     DenseQuantizers,
     backward_products,
