@@ -12,6 +12,9 @@ from ._gemm import grouped_wgrad as grouped_wgrad
 from ._ops import library_paths as library_paths
 from ._ops import native_platforms as native_platforms
 from ._quantize import (
+    check_finite as check_finite,
+)
+from ._quantize import (
     grouped_dbias as grouped_dbias,
 )
 from ._quantize import (

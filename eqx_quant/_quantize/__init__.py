@@ -26,6 +26,7 @@ from ._checks import (
     key_words_of as key_words_of,
 )
 from ._dense import quantize as quantize
+from ._finite import check_finite as check_finite
 from ._dense import quantize_dbias as quantize_dbias
 from ._grouped import check_sizes_now as check_sizes_now
 from ._grouped import (
