@@ -1,6 +1,7 @@
 """`GroupedLinear`: the experts of an MoE layer, one weight per group of token rows."""
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -46,6 +47,7 @@ class GroupedLinear(AbstractQuantizedLayer):
     in_features: int = eqx.field(static=True)
     out_features: int = eqx.field(static=True)
     use_bias: bool = eqx.field(static=True)
+    reports_stats: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 import equinox as eqx
 import jax
-from equinox import AbstractVar
+from equinox import AbstractClassVar, AbstractVar
 from jaxtyping import Array
 
 from ._dense import DenseQuantizers, check_layer_key, check_operand_dtypes, roles_with_sr
@@ -24,6 +24,7 @@ class AbstractQuantizedLayer(eqx.Module):
     recipe: AbstractVar[AbstractRecipe | None]
     state: AbstractVar[ScalingState | None]
     probe: AbstractVar[Array | None]  # None, except inside `eqx_quant.nn.stats`
+    reports_stats: AbstractClassVar[bool]  # whether the backward pass fills `probe`
 
 
 def check_recipe(where: str, recipe) -> None:

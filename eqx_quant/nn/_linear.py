@@ -1,6 +1,7 @@
 """`Linear`: a drop-in for `eqx.nn.Linear` whose three GEMMs read quantized operands."""
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -140,6 +141,7 @@ class Linear(AbstractQuantizedLayer):
     in_features: int = eqx.field(static=True)
     out_features: int = eqx.field(static=True)
     use_bias: bool = eqx.field(static=True)
+    reports_stats: ClassVar[bool] = True
 
     def __init__(
         self,

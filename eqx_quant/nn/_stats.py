@@ -61,19 +61,16 @@ def stats(fn: Callable, model, *args, **kwargs) -> dict[str, dict[str, dict[str,
     `layer_path` is `jax.tree_util.keystr` of the layer's place in the model. Costs one extra
     training step's compute (no state changes; the model is not modified), so call it every
     N steps. Layers `fn` calls more than once report the sum over the calls; layers without a
-    recipe are left out.
+    recipe, and `GroupedLinear` layers (whose state, if any, holds the amaxes), are left out.
     """
     def add_probe(x):
-        if _is_layer(x) and x.recipe is not None:
+        if _is_layer(x) and x.recipe is not None and x.reports_stats:
             return eqx.tree_at(lambda m: m.probe, x, jnp.zeros((3, 4), jnp.float32),
                                is_leaf=lambda v: v is None)
         return x
 
     # Delayed-scaling layers also get their receivers, as in a training step.
     probed = jax.tree.map(add_probe, with_receivers(model), is_leaf=_is_layer)
-
-    def probes_only(p):
-        return p if isinstance(p, jax.Array) and p.shape == (3, 4) else None
 
     def is_probe_path(path, _):
         return bool(path) and getattr(path[-1], "name", None) == "probe"
@@ -89,7 +86,7 @@ def stats(fn: Callable, model, *args, **kwargs) -> dict[str, dict[str, dict[str,
     grads = jax.grad(inner)(diff)
     report = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(grads):
-        if leaf is None or probes_only(leaf) is None:
+        if leaf is None:
             continue
         layer_path = jax.tree_util.keystr(path[:-1])
         report[layer_path] = {
