@@ -58,7 +58,11 @@ def check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl, key=None)
 
 def check_amax_axes(fn: str, amax_axes) -> None:
     """A tuple of names of mesh axes that the enclosing shard_map binds."""
-    if isinstance(amax_axes, str) or not all(isinstance(a, str) for a in amax_axes):
+    if (
+        isinstance(amax_axes, str)
+        or not isinstance(amax_axes, tuple | list)
+        or not all(isinstance(a, str) for a in amax_axes)
+    ):
         raise TypeError(
             f"{fn}: amax_axes must be a tuple of mesh axis names, got {amax_axes!r}. Write "
             "amax_axes=('tp',) rather than amax_axes='tp'."

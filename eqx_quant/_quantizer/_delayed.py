@@ -75,7 +75,8 @@ def _check_update(self, amax) -> None:
             "jax.lax.scan over the stack."
         )
     if not isinstance(amax, jax.Array) or amax.shape != (1,):
-        got = getattr(amax, "shape", type(amax).__name__)
+        got = (f"a {type(amax).__module__}.{type(amax).__name__} of shape "
+               f"{getattr(amax, 'shape', None)}")
         raise ValueError(
             f"{name}: amax must be a jax.Array of shape (1,), got {got}. Pass the "
             "quantized tensor's .amax (t.amax)."

@@ -91,6 +91,7 @@ class MLP(eqx.Module):
         recipe: AbstractRecipe | None,
         key: PRNGKeyArray,
     ):
+        check_recipe("eqx_quant.nn.MLP", recipe)
         plain = eqx.nn.MLP(in_size, out_size, width_size, depth, activation, final_activation,
                            use_bias, use_final_bias, dtype, key=key)
         self.layers = tuple(Linear.from_linear(layer, recipe) for layer in plain.layers)

@@ -12,6 +12,7 @@ from .._gemm import row_group
 from ._grouped_dense import check_grouped_dense, grouped_dense_call
 from ._layer import (
     AbstractQuantizedLayer,
+    check_init_args,
     check_recipe,
     layer_key,
     layer_quantizers,
@@ -66,6 +67,7 @@ class GroupedLinear(AbstractQuantizedLayer):
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"{name}: {arg} must be an int >= 1, got {n!r}.")
         check_recipe(name, recipe)
+        check_init_args(name, use_bias, dtype, key)
         dtype = jnp.result_type(float) if dtype is None else dtype
         bound = 1.0 / math.sqrt(in_features)
         wkey, bkey = jax.random.split(key)

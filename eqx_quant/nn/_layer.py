@@ -2,6 +2,7 @@
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from equinox import AbstractClassVar, AbstractVar
 from jaxtyping import Array
 
@@ -33,6 +34,21 @@ def check_recipe(where: str, recipe) -> None:
             f"{where}: recipe must be an eqx_quant.nn recipe (DelayedScaling(), "
             "CurrentScaling(), MXFP8BlockScaling(), NVFP4BlockScaling()) or None for the "
             f"unquantized layer, got {type(recipe).__name__}."
+        )
+
+
+def check_init_args(where: str, use_bias, dtype, key) -> None:
+    if not isinstance(use_bias, bool):
+        raise TypeError(f"{where}: use_bias must be a bool, got {use_bias!r}.")
+    if dtype is not None and not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise TypeError(
+            f"{where}: dtype must be a floating dtype (e.g. jnp.float32, jnp.bfloat16) or None, "
+            f"got {jnp.dtype(dtype).name}."
+        )
+    if not isinstance(key, jax.Array):
+        raise TypeError(
+            f"{where}: key must be a jax.random.key (e.g. jax.random.key(0)), got "
+            f"{type(key).__name__}."
         )
 
 

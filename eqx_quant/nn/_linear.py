@@ -22,6 +22,7 @@ from ._dense import (
 from ._folded import folded
 from ._layer import (
     AbstractQuantizedLayer,
+    check_init_args,
     check_layer_input,
     check_recipe,
     layer_key,
@@ -160,6 +161,7 @@ class Linear(AbstractQuantizedLayer):
                     "'scalar' is not supported: reshape to (..., 1))."
                 )
         check_recipe("eqx_quant.nn.Linear", recipe)
+        check_init_args("eqx_quant.nn.Linear", use_bias, dtype, key)
         plain = eqx.nn.Linear(in_features, out_features, use_bias, dtype, key=key)
         self.weight, self.bias = plain.weight, plain.bias
         self.state = None if recipe is None else recipe.init_state()
