@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
@@ -154,6 +155,14 @@ def grouped_wgrad(
     Works under `jit`, `vmap`, `grad` (straight-through) and `shard_map`.
     """
     spec, xp, gp = _spec(x, dy, out_dtype, check)
+    sizes = (xp.group_sizes, gp.group_sizes)
+    if check and not any(isinstance(s, jax.core.Tracer) for s in sizes):
+        a, b = (np.asarray(s).tolist() for s in sizes)
+        if a != b:  # eager: the sizes are known, so the error can show them
+            raise ValueError(
+                f"grouped_wgrad: x and dy must be grouped by the same group_sizes, got {a} for "
+                f"x and {b} for dy. Quantize both with the same group_sizes array."
+            )
     x_arrays = (xp.data, xp.scale_inv, xp.amax, xp.group_sizes)
     dy_arrays = (gp.data, gp.scale_inv, gp.amax, gp.group_sizes)
     return _grouped_wgrad_vjp(x_arrays, dy_arrays, spec)
