@@ -35,7 +35,7 @@ from .._core import (
     vary_like,
     varying_axes,
 )
-from .._gemm import gemm
+from .._gemm import check_modes, gemm
 from .._quantize import (
     Impl,
     check_amax_axes,
@@ -313,6 +313,14 @@ def check_quantizer_set(fn: str, quantizers) -> None:
             )
 
 
+def check_families(fn: str, quantizers: DenseQuantizers) -> None:
+    """The three operands meet in the three GEMMs (x.kernel, grad.kernel, x.grad): one GEMM
+    family (checked after each role's own checks, whose messages are more specific)."""
+    for a, b in (("x", "kernel"), ("grad", "kernel")):
+        check_modes(fn, getattr(quantizers, a), getattr(quantizers, b),
+                    (f"quantizers.{a}", f"quantizers.{b}"))
+
+
 def check_layer_key(fn: str, quantizers: DenseQuantizers, key) -> None:
     """`key` exactly when a quantizer of the layer rounds stochastically."""
     sr = roles_with_sr(quantizers)
@@ -352,6 +360,7 @@ def check_dense(x, kernel, bias, quantizers, contracting_dims, key, amax_axes, i
     if impl not in ("auto", "ffi", "reference"):
         raise ValueError(f"{fn}: impl must be 'auto', 'ffi' or 'reference', got {impl!r}.")
     check_amax_axes(fn, amax_axes)
+    check_families(fn, quantizers)
 
 
 @validated_by(check_dense)

@@ -48,6 +48,7 @@ from .._quantizer import (
 from ._dense import (
     DenseQuantizers,
     advance,
+    check_families,
     check_layer_key,
     check_operand_dtypes,
     check_quantizer_set,
@@ -190,6 +191,7 @@ def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, im
                        -1, impl, role_key)
     _check_kernel_quantizer(f"{fn} (quantizers.kernel)", kernel, quantizers.kernel)
     check_layer_key(fn, quantizers, key)
+    check_families(fn, quantizers)
 
 
 @validated_by(check_grouped_dense)

@@ -165,8 +165,9 @@ def test_grouped_dense_errors():
     with pytest.raises(ValueError, match=r"bias must be \(G, N\)"):
         call(bias=bias[0])
     single = eqq.DelayedScaleQuantizer()
+    per_group = eqq.GroupedDelayedScaleQuantizer(num_groups=G)
     with pytest.raises(ValueError, match=r"one state per expert \(scale of shape \(4, 1\)\)"):
-        call(quantizers=eqq.DenseQuantizers(qs.x, single, qs.grad))
+        call(quantizers=eqq.DenseQuantizers(per_group, single, per_group))
     with pytest.raises(TypeError, match="a DelayedScaleQuantizer holds one scale"):
         call(quantizers=eqq.DenseQuantizers(single, qs.kernel, qs.grad))
     grouped = eqq.GroupedDelayedScaleQuantizer(num_groups=G)

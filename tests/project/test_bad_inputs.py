@@ -27,6 +27,7 @@ SIZES = jnp.asarray([10, 0, 22], jnp.int32)  # sums to X.shape[0]
 CQ = eqq.CurrentScaleQuantizer()
 MX = eqq.BlockScaleQuantizer()
 SR = eqq.NVFP4Quantizer(stochastic_rounding=True)
+NV = eqq.NVFP4Quantizer()
 QS = eqq.DenseQuantizers(CQ, CQ, CQ)
 KEY = jax.random.key(0)
 
@@ -361,7 +362,7 @@ CASES = [
     case("dense-key-without-sr", lambda: eqq.dense(X, W, quantizers=QS, key=KEY), ValueError,
          r"dense: key was given but no quantizer rounds stochastically\. Drop key"),
     case("dense-sr-without-key",
-         lambda: eqq.dense(X, W, quantizers=eqq.DenseQuantizers(CQ, SR, CQ)), ValueError,
+         lambda: eqq.dense(X, W, quantizers=eqq.DenseQuantizers(NV, SR, NV)), ValueError,
          r"dense: quantizers\.kernel rounds stochastically and needs random bits: "
          r"pass key=jax\.random\.key\(seed\)"),
     case("dense-impl", lambda: eqq.dense(X, W, quantizers=QS, impl="gpu"), ValueError,
@@ -371,10 +372,10 @@ CASES = [
          r"amax_axes=\('tp',\) rather than amax_axes='tp'"),
     case("dense-amax_axes-int", lambda: eqq.dense(X, W, quantizers=QS, amax_axes=3), TypeError,
          r"dense: amax_axes must be a tuple of mesh axis names, got 3"),
-    # unclear message: the error names gemm's lhs / rhs, not dense's quantizers.x / .kernel.
     case("dense-mixed-quantizer-families",
          lambda: eqq.dense(X, W, quantizers=eqq.DenseQuantizers(MX, CQ, CQ)), ValueError,
-         r"gemm: lhs is MXFP8_1D_SCALING and rhs is CURRENT_TENSOR_SCALING"),
+         r"dense: quantizers\.x is MXFP8_1D_SCALING and quantizers\.kernel is "
+         r"CURRENT_TENSOR_SCALING; .*Quantize both operands in one family"),
     case("grouped_dense-missing-quantizers", lambda: eqq.grouped_dense(X, W3, SIZES), TypeError,
          r"grouped_dense\(x, kernel, group_sizes, bias=None, \*, quantizers, .*\): missing a "
          r"required argument: 'quantizers'"),
