@@ -76,7 +76,7 @@ def test_wrong_layout(cls):
 def test_delayed_non_array_fields():
     with pytest.raises(TypeError, match=r"scale must be a float32 jax.Array, got ndarray .*jnp.asarray"):
         eqq.DelayedScaleQuantizer(scale=np.ones(1, np.float32))
-    with pytest.raises(TypeError, match=r"amax_history must be a float32 jax.Array, got list"):
+    with pytest.raises(TypeError, match=r"amax_history must be a float32 jax.Array, got a Python list"):
         eqq.DelayedScaleQuantizer(amax_history=[0.0, 0.0])
     with pytest.raises(TypeError, match=r"scale must be a float32 jax.Array, got ArrayImpl of dtype float16"):
         eqq.DelayedScaleQuantizer(scale=jnp.ones(1, jnp.float16))
