@@ -78,9 +78,11 @@ class BlockRule:
         self._dummies = 0
         rank = len(shape)
         blocked = {d % rank: b for d, b in blocked.items()} if rank else {}
+        # Inside a shard_map whose other axes stay automatic the mesh may report no devices.
+        devices = mesh.size or 1
         for d, size in enumerate(shape):
             block = blocked.get(d)
-            if block and size > block and size % block == 0 and (size // block) % mesh.size == 0:
+            if block and size > block and size % block == 0 and (size // block) % devices == 0:
                 self.x.append(f"(q{d} k{d})")
                 self.scale.append(f"q{d}")
                 self.sizes[f"q{d}"] = size // block

@@ -56,6 +56,7 @@ from ._dense import (
     observed_cotangent,
     roles_with_sr,
 )
+from ._experts import expert_parallel
 from ._state import check_observed
 
 
@@ -164,7 +165,8 @@ def _check_kernel_quantizer(where: str, kernel, q) -> None:
             raise ValueError(f"{where}: use_rht is not supported in grouped_dense.")
 
 
-def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, impl) -> None:
+def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, impl,
+                        expert_axis=None) -> None:
     fn = "grouped_dense"
     check_operand_dtypes(fn, (("x", x), ("kernel", kernel), ("bias", bias)))
     check_quantizer_set(fn, quantizers)
@@ -174,7 +176,13 @@ def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, im
             f"{kernel.shape}."
         )
     groups = check_group_sizes(fn, x, group_sizes)
-    check_sizes_now(fn, group_sizes, x.shape[0], check)
+    if expert_axis is None:
+        check_sizes_now(fn, group_sizes, x.shape[0], check)
+    elif not isinstance(expert_axis, str):
+        raise TypeError(
+            f"{fn}: expert_axis must be the name of a mesh axis (a str) or None, got "
+            f"{expert_axis!r}."
+        )
     if kernel.shape[0] != groups:
         raise ValueError(
             f"{fn}: kernel holds {kernel.shape[0]} experts but group_sizes has {groups} groups."
@@ -206,6 +214,7 @@ def grouped_dense(
     key: PRNGKeyArray | None = None,
     check: bool = True,
     impl: Impl = "auto",
+    expert_axis: str | None = None,
 ) -> Shaped[Array, "M N"]:
     """The MoE expert layer: token row m of group g times `kernel[g]`, plus `bias[g]`, with
     every GEMM (forward, input gradient, weight gradient) on quantized operands.
@@ -221,6 +230,12 @@ def grouped_dense(
       keys are split from the kernel's).
     - `check`: raise at run time if `group_sizes` does not sum to M (as `grouped_quantize`).
     - `impl`: as in `eqx_quant.quantize`.
+    - `expert_axis`: expert parallelism over this axis of the current mesh (`jax.set_mesh`):
+      device d holds experts `[d G/D, (d+1) G/D)` (the kernel, bias and per-expert quantizer
+      states split along their leading axis) and token rows `[d M/D, (d+1) M/D)`, which are
+      its experts' tokens after the model's dispatch; its slice of `group_sizes` counts them
+      and sums to at most `M/D` (rows past give 0). Every op runs on the device's own rows
+      and experts: nothing is gathered (docs/distributed.md).
 
     **Returns:** `(M, N)` in x's dtype; rows past the last group are 0.
 
@@ -228,13 +243,21 @@ def grouped_dense(
     `grouped_quantize_dbias`, and the quantizers' cotangent is their next state.
     """
     return grouped_dense_call(x, kernel, group_sizes, bias, quantizers, None, key, check, impl,
-                              None)
+                              None, expert_axis)
 
 
 def grouped_dense_call(x, kernel, group_sizes, bias, quantizers, receivers, key, check, impl,
-                       observe: str | None):
+                       observe: str | None, expert_axis: str | None = None):
     """`grouped_dense` after its checks; a layer named `observe` passes its receivers."""
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
+    if expert_axis is not None:
+        def local(x, kernel, sizes, bias, q_arrays, receivers, key):
+            qs = eqx.combine(q_arrays, q_static)
+            return grouped_dense_call(x, kernel, sizes, bias, qs, receivers, key, False, impl,
+                                      observe)
+
+        return expert_parallel(local, expert_axis, x, kernel, group_sizes, bias, q_arrays,
+                               receivers, key, check)
     bias_dtype = None if bias is None else bias.dtype.name
     manual = tuple(union_axes(v) for v in (x, kernel, bias, q_arrays))
     shardings = tuple(None if v is None else explicit_sharding(v) for v in (x, kernel, bias))

@@ -36,7 +36,8 @@ class GroupedLinear(AbstractQuantizedLayer):
 
     **Call:** `layer(x, group_sizes, *, key=None)` with `x` of shape `(tokens, in_features)`
     sorted by expert and `group_sizes` an int32 `(num_groups,)` array on the device (rows past
-    the last group give 0); `key` when the recipe rounds stochastically (ignored otherwise).
+    the last group give 0); `key` when the recipe rounds stochastically (ignored otherwise);
+    `expert_axis` for expert parallelism over that mesh axis (as `eqx_quant.grouped_dense`).
     """
 
     weight: Array
@@ -84,16 +85,27 @@ class GroupedLinear(AbstractQuantizedLayer):
         self.use_bias = use_bias
 
     def __call__(
-        self, x: Array, group_sizes: Int[Array, " G"], *, key: PRNGKeyArray | None = None
+        self,
+        x: Array,
+        group_sizes: Int[Array, " G"],
+        *,
+        key: PRNGKeyArray | None = None,
+        expert_axis: str | None = None,
     ) -> Array:
         key = layer_key("eqx_quant.nn.GroupedLinear", self, key)
+        if self.recipe is None and expert_axis is not None:
+            raise ValueError(
+                "eqx_quant.nn.GroupedLinear: expert_axis needs a recipe (the unquantized layer "
+                "runs jax.lax.ragged_dot, which XLA partitions itself)."
+            )
         if self.recipe is None:
             return self._plain(x, group_sizes)
         qs = layer_quantizers(self, self.num_groups)
-        check_grouped_dense(x, self.weight, group_sizes, self.bias, qs, key, True, "auto")
+        check_grouped_dense(x, self.weight, group_sizes, self.bias, qs, key, True, "auto",
+                            expert_axis)
         return grouped_dense_call(
             x, self.weight, group_sizes, self.bias, qs, receivers_of(self.state), key, True,
-            "auto", "eqx_quant.nn.GroupedLinear",
+            "auto", "eqx_quant.nn.GroupedLinear", expert_axis,
         )
 
     def _plain(self, x, group_sizes) -> Array:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Float, Int, Shaped
 
+from .._core import varying_axes
 from . import blocks_nd, mxfp8
 from .fp8 import fp8_quantize, reciprocal
 from .ieee import add, bits, from_bits, max_abs
@@ -61,6 +62,10 @@ def row_groups(starts: Int[Array, " G"], counts: Int[Array, " G"], rows: int) ->
     """The group of every row of the 2-D view; `G` for rows past the last group."""
     ends = starts + counts
     r = jnp.arange(rows, dtype=jnp.int32)
+    if varying_axes(ends):
+        # Inside shard_map jnp.searchsorted rejects device-varying operands: count the ends
+        # at or before each row instead (the same integers; XLA fuses the reduction).
+        return jnp.sum(ends[None, :] <= r[:, None], axis=1, dtype=jnp.int32)
     return jnp.searchsorted(ends, r, side="right").astype(jnp.int32)
 
 
