@@ -10,6 +10,14 @@ import pytest
 from eqx_quant import nn as qnn
 from tests.support.cases import random_input
 
+
+@pytest.fixture(autouse=True)
+def _float32_matmuls():
+    """The plain layers' float32 products are compared with NumPy: on a GPU, JAX's default
+    float32 matmul precision (TF32) would not match them."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
 RECIPES = {
     "delayed": lambda: qnn.DelayedScaling(amax_history_len=4),
     "current": lambda: qnn.CurrentScaling(),
