@@ -3,12 +3,14 @@
 // the operands against the op's contract (its args.cc) and then fills the
 // kernel's buffer pointers (null for an output that is absent, a (0,)
 // buffer), returning one PreparedCall. A handler is then its preamble and its
-// kernel: RunCpuKernel, or EnqueueCudaKernel with the family's launcher on
+// kernel: RunCpuKernel, with the ParallelFor over XLA's intra-op thread pool
+// (ffi/cpu_thread_pool.h), or EnqueueCudaKernel with the family's launcher on
 // XLA's stream.
 
 #ifndef EQX_QUANT_CSRC_FFI_HANDLER_PREAMBLE_H_
 #define EQX_QUANT_CSRC_FFI_HANDLER_PREAMBLE_H_
 
+#include "common/parallel_for.h"
 #include "common/scoped_ieee_float_env.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -35,16 +37,17 @@ T* DataIf(bool present, const xla::ffi::AnyBuffer& buffer) {
   return present ? Data<T>(buffer) : nullptr;
 }
 
-// A CPU handler's body: the preamble's error, or kernel(problem, buffers).
-// XLA's CPU runtime runs with flush-to-zero; the ops are specified with IEEE
-// subnormals (the kernels live in other translation units, so no float
-// operation can be moved across this switch).
+// A CPU handler's body: the preamble's error, or kernel(problem, buffers,
+// parallel). XLA's CPU runtime runs with flush-to-zero; the ops are specified
+// with IEEE subnormals (the kernels live in other translation units, so no
+// float operation can be moved across this switch; `parallel`'s helper
+// threads switch themselves).
 template <typename Call, typename Kernel>
 xla::ffi::Error RunCpuKernel(const xla::ffi::ErrorOr<Call>& call,
-                             Kernel kernel) {
+                             const ParallelFor& parallel, Kernel kernel) {
   if (!call.has_value()) return call.error();
   ScopedIeeeFloatEnv ieee_float_env;
-  kernel(call->problem, call->buffers);
+  kernel(call->problem, call->buffers, parallel);
   return xla::ffi::Error::Success();
 }
 

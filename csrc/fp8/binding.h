@@ -49,8 +49,9 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
 
 namespace eqx_quant {
 
-// Appends the operands above to `binding`: pass xla::ffi::Ffi::Bind() for the
-// CPU handler, or Bind() with the platform stream context already added.
+// Appends the operands above to `binding`: pass Bind() with the thread pool
+// context (BindCpuThreadPool, ffi/cpu_thread_pool.h) for the CPU handler, or
+// with the platform stream context for the CUDA one.
 template <typename Binding>
 auto BindFp8QuantizeOperands(Binding binding) {
   return std::move(binding)

@@ -9,6 +9,7 @@
 #include "common/float_narrow.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
+#include "common/parallel_for.h"
 #include "common/tree_sum.h"
 
 namespace eqx_quant::cpu {
@@ -129,7 +130,7 @@ class PanelQuantizer {
     if (tile_rows_ > 0) FlushTile();
   }
 
-  float amax() const { return BitsToFloat(amax_key_); }
+  uint32_t amax_key() const { return amax_key_; }
 
  private:
   static constexpr int64_t kStagingStride = kPanelCols + kStagingPad;
@@ -161,83 +162,118 @@ class PanelQuantizer {
   int64_t tile_rows_ = 0;
 };
 
-// Buffers reused across the examples of one call.
+// Per-thread buffers, kept between calls (a thread of XLA's pool runs the
+// tasks of many calls; no task allocates in the steady state).
 struct Workspace {
   std::vector<uint8_t> staging;  // transposition staging
   std::vector<float> tree;       // dbias tree partial vectors
 };
 
-template <typename Input, typename Format, bool kKeepValues>
-void QuantizeExample(const Fp8QuantizeProblem& problem,
-                     const typename Input::Storage* x, float scale,
-                     uint8_t* row_out, uint8_t* col_out, float* dbias_out,
-                     Workspace& workspace, float* amax_out) {
-  const int64_t rows = problem.rows;
-  const int64_t cols = problem.cols;
-  if (col_out != nullptr || row_out == nullptr) {
-    workspace.staging.resize(kTileRows * (kPanelCols + kStagingPad));
-  }
-  PanelQuantizer<Input, Format, kKeepValues> quantizer(
-      x, rows, cols, scale, row_out, col_out, workspace.staging.data());
-  // (No output at all comes only with dbias, i.e. kKeepValues.)
-  const int64_t panel = (col_out != nullptr || kKeepValues)
-                            ? kPanelCols
-                            : std::max<int64_t>(cols, 1);
+Workspace& ThreadWorkspace() {
+  thread_local Workspace workspace;
+  return workspace;
+}
 
-  if constexpr (!kKeepValues) {
-    for (int64_t first_col = 0; first_col < cols; first_col += panel) {
-      quantizer.StartPanel(first_col, std::min(panel, cols - first_col));
-      for (int64_t r = 0; r < rows; ++r) quantizer(r, nullptr);
-      quantizer.FinishPanel();
-    }
-  } else {
-    // For every panel and every kept row index, the nested tree over the
-    // reduced axes; its leaves are the rows, in increasing order.
-    const int64_t* reduced_dims = problem.dbias_reduced_dims.data();
-    const int num_reduced = static_cast<int>(problem.dbias_reduced_dims.size());
-    int64_t reduced_rows = 1;
-    for (int64_t dim : problem.dbias_reduced_dims) reduced_rows *= dim;
-    const int64_t split = problem.dbias_split;
-    const int64_t vectors = std::max<int64_t>(
-        {1, NestedTreeSumScratchVectors(reduced_dims, num_reduced),
-         TreeSumDepth(split)});
-    workspace.tree.resize(static_cast<size_t>(vectors * panel));
-    // Node p of the split axis covers [p*n/P, (p+1)*n/P) (P divides n); the
-    // node's tree is the nested tree with the split axis shortened to it.
-    const int64_t split_len = num_reduced > 0 ? reduced_dims[0] : 1;
-    const int64_t rows_per_index =
-        split_len > 0 ? reduced_rows / split_len : 0;
-    std::vector<int64_t> node_dims(reduced_dims, reduced_dims + num_reduced);
-    for (int64_t first_col = 0; first_col < cols; first_col += panel) {
-      const int64_t width = std::min(panel, cols - first_col);
-      quantizer.StartPanel(first_col, width);
-      for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
-        for (int64_t p = 0; p < split; ++p) {
-          const int64_t begin = (p * split_len + split - 1) / split;
-          const int64_t end = ((p + 1) * split_len + split - 1) / split;
-          if (num_reduced > 0) node_dims[0] = end - begin;
-          NestedTreeSum(node_dims.data(), num_reduced,
-                        kept * reduced_rows + begin * rows_per_index, width,
-                        quantizer,
-                        dbias_out + (kept * split + p) * cols + first_col,
-                        workspace.tree.data());
-        }
-        // Node 0 := the tree over the split nodes, which is the whole axis'
-        // tree (the nodes are its depth-log2(split) subtrees); the other
-        // nodes stay as they are.
-        if (split > 1) {
-          float* const nodes = dbias_out + kept * split * cols + first_col;
-          auto node = [&](int64_t p, float* out, float* /*free_scratch*/) {
-            const float* src = nodes + p * cols;
-            if (out != src) std::copy(src, src + width, out);
-          };
-          TreeSum(0, split, width, node, nodes, workspace.tree.data());
-        }
+// Work below this many elements per task is not split: waking a helper
+// thread costs about as much as quantizing it.
+constexpr int64_t kMinTaskElements = int64_t{1} << 15;
+// Column ranges of the dbias split are multiples of this many columns (one
+// cache line of the f32 dbias rows), at least kMinTaskColumns wide.
+constexpr int64_t kColumnAlign = 16;
+constexpr int64_t kMinTaskColumns = 256;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rowwise only, no dbias: the row output has x's layout, so the cast is one
+// flat elementwise stream; returns the amax key of x[begin, end).
+template <typename Input, typename Format>
+uint32_t CastFlat(const typename Input::Storage* x, int64_t begin, int64_t end,
+                  float scale, uint8_t* row_out) {
+  const QuantizeSpanFn<Input> quantize_span =
+      SelectQuantizeSpan<Input, Format, false>();
+  return quantize_span(x + begin, end - begin, scale, row_out + begin, nullptr,
+                       0u);
+}
+
+// A transposed copy, no dbias: rows [row_begin, row_end) of the panel of
+// columns [first_col, first_col + width); returns their amax key.
+template <typename Input, typename Format>
+uint32_t CastPanelRows(const Fp8QuantizeProblem& problem,
+                       const typename Input::Storage* x, float scale,
+                       uint8_t* row_out, uint8_t* col_out, int64_t row_begin,
+                       int64_t row_end, int64_t first_col, int64_t width) {
+  Workspace& workspace = ThreadWorkspace();
+  workspace.staging.resize(kTileRows * (kPanelCols + kStagingPad));
+  PanelQuantizer<Input, Format, false> quantizer(x, problem.rows, problem.cols,
+                                                 scale, row_out, col_out,
+                                                 workspace.staging.data());
+  quantizer.StartPanel(first_col, width);
+  for (int64_t r = row_begin; r < row_end; ++r) quantizer(r, nullptr);
+  quantizer.FinishPanel();
+  return quantizer.amax_key();
+}
+
+// With dbias: columns [col_begin, col_end) of every row, a panel of at most
+// kPanelCols columns at a time, the rows of each panel visited as the leaves
+// of the dbias trees (each column's trees only ever see that column, so a
+// column range gives the bits of the whole example). Returns the amax key.
+template <typename Input, typename Format>
+uint32_t CastColumnsWithDbias(const Fp8QuantizeProblem& problem,
+                              const typename Input::Storage* x, float scale,
+                              uint8_t* row_out, uint8_t* col_out,
+                              float* dbias_out, int64_t col_begin,
+                              int64_t col_end) {
+  const int64_t cols = problem.cols;
+  Workspace& workspace = ThreadWorkspace();
+  workspace.staging.resize(kTileRows * (kPanelCols + kStagingPad));
+  PanelQuantizer<Input, Format, true> quantizer(
+      x, problem.rows, cols, scale, row_out, col_out, workspace.staging.data());
+  // For every panel and every kept row index, the nested tree over the
+  // reduced axes; its leaves are the rows, in increasing order.
+  const int64_t* reduced_dims = problem.dbias_reduced_dims.data();
+  const int num_reduced = static_cast<int>(problem.dbias_reduced_dims.size());
+  int64_t reduced_rows = 1;
+  for (int64_t dim : problem.dbias_reduced_dims) reduced_rows *= dim;
+  const int64_t split = problem.dbias_split;
+  const int64_t panel = std::min(kPanelCols, col_end - col_begin);
+  const int64_t vectors = std::max<int64_t>(
+      {1, NestedTreeSumScratchVectors(reduced_dims, num_reduced),
+       TreeSumDepth(split)});
+  workspace.tree.resize(static_cast<size_t>(vectors * panel));
+  // Node p of the split axis covers [p*n/P, (p+1)*n/P) (P divides n); the
+  // node's tree is the nested tree with the split axis shortened to it.
+  const int64_t split_len = num_reduced > 0 ? reduced_dims[0] : 1;
+  const int64_t rows_per_index = split_len > 0 ? reduced_rows / split_len : 0;
+  std::vector<int64_t> node_dims(reduced_dims, reduced_dims + num_reduced);
+  for (int64_t first_col = col_begin; first_col < col_end; first_col += panel) {
+    const int64_t width = std::min(panel, col_end - first_col);
+    quantizer.StartPanel(first_col, width);
+    for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
+      for (int64_t p = 0; p < split; ++p) {
+        const int64_t begin = (p * split_len + split - 1) / split;
+        const int64_t end = ((p + 1) * split_len + split - 1) / split;
+        if (num_reduced > 0) node_dims[0] = end - begin;
+        NestedTreeSum(node_dims.data(), num_reduced,
+                      kept * reduced_rows + begin * rows_per_index, width,
+                      quantizer,
+                      dbias_out + (kept * split + p) * cols + first_col,
+                      workspace.tree.data());
       }
-      quantizer.FinishPanel();
+      // Node 0 := the tree over the split nodes, which is the whole axis'
+      // tree (the nodes are its depth-log2(split) subtrees); the other
+      // nodes stay as they are.
+      if (split > 1) {
+        float* const nodes = dbias_out + kept * split * cols + first_col;
+        auto node = [&](int64_t p, float* out, float* /*free_scratch*/) {
+          const float* src = nodes + p * cols;
+          if (out != src) std::copy(src, src + width, out);
+        };
+        TreeSum(0, split, width, node, nodes, workspace.tree.data());
+      }
     }
+    quantizer.FinishPanel();
   }
-  *amax_out = quantizer.amax();
+  return quantizer.amax_key();
 }
 
 // NaN results are written as the canonical quiet NaN 0x7FC00000 (whatever the
@@ -251,69 +287,171 @@ void CanonicalizeNans(float* values, int64_t count) {
   }
 }
 
-// max |x| over `count` inputs, ignoring NaN (a pass of its own: current
-// scaling needs it before the cast).
+// The amax key of `count` inputs (NaN ignored). Branch-free, so that it
+// vectorises; an AVX2 copy as for the cast.
 template <typename Input>
-float SpanAmax(const typename Input::Storage* src, int64_t count) {
+inline __attribute__((always_inline)) uint32_t
+SpanAmaxKeyBody(const typename Input::Storage* __restrict src, int64_t count) {
   uint32_t key = 0;
   for (int64_t j = 0; j < count; ++j) {
     key = std::max(key, AmaxKey(Input::ToFloat(src[j])));
   }
-  return BitsToFloat(key);
+  return key;
+}
+
+template <typename Input>
+uint32_t SpanAmaxKeyGeneric(const typename Input::Storage* src, int64_t count) {
+  return SpanAmaxKeyBody<Input>(src, count);
+}
+
+#if defined(EQX_QUANT_CPU_AVX2_VARIANT)
+template <typename Input>
+__attribute__((target("avx2"))) uint32_t
+SpanAmaxKeyAvx2(const typename Input::Storage* src, int64_t count) {
+  return SpanAmaxKeyBody<Input>(src, count);
+}
+#endif
+
+template <typename Input>
+uint32_t SpanAmaxKey(const typename Input::Storage* src, int64_t count) {
+#if defined(EQX_QUANT_CPU_AVX2_VARIANT)
+  if (__builtin_cpu_supports("avx2")) return SpanAmaxKeyAvx2<Input>(src, count);
+#endif
+  return SpanAmaxKeyGeneric<Input>(src, count);
+}
+
+// The max of the pieces' keys (exact in any order).
+uint32_t MaxKey(const std::vector<uint32_t>& keys) {
+  uint32_t key = 0;
+  for (uint32_t k : keys) key = std::max(key, k);
+  return key;
+}
+
+// max |x| over `count` inputs, ignoring NaN (a pass of its own: current
+// scaling needs it before the cast), split into ranges in parallel.
+template <typename Input>
+float ParallelAmax(const typename Input::Storage* x, int64_t count,
+                   const ParallelFor& parallel) {
+  const RangeSplit split =
+      SplitRange(count, parallel.threads(), kMinTaskElements, 64);
+  std::vector<uint32_t> keys(static_cast<size_t>(split.count), 0u);
+  parallel(split.count, [&](int64_t piece) {
+    const int64_t begin = split.begin(piece);
+    keys[piece] =
+        SpanAmaxKey<Input>(x + begin, split.end(piece, count) - begin);
+  });
+  return BitsToFloat(MaxKey(keys));
+}
+
+// Example b, its work split over `parallel`.
+template <typename Input, typename Format>
+void QuantizeExample(const Fp8QuantizeProblem& problem,
+                     const Fp8QuantizeBuffers& buffers, int64_t b,
+                     const ParallelFor& parallel) {
+  const int64_t rows = problem.rows;
+  const int64_t cols = problem.cols;
+  const int64_t elements = rows * cols;
+  const int64_t dbias_elements =
+      problem.dbias_kept_rows * problem.dbias_split * cols;
+  const auto* x =
+      static_cast<const typename Input::Storage*>(buffers.x) + b * elements;
+  const float scale =
+      problem.scale_from_amax
+          ? ScaleFromAmax(ParallelAmax<Input>(x, elements, parallel),
+                          buffers.scale[b], problem.format)
+          : buffers.scale[b];
+  buffers.scale_inv[b] = 1.0f / scale;
+  CanonicalizeNans(buffers.scale_inv + b, 1);
+  uint8_t* row = problem.rowwise ? buffers.row + b * elements : nullptr;
+  uint8_t* col = problem.colwise ? buffers.col + b * elements : nullptr;
+  const int64_t threads = parallel.threads();
+  std::vector<uint32_t> keys;
+  if (problem.with_dbias) {
+    // Column ranges: each task runs every tree of its columns.
+    float* dbias = buffers.dbias + b * dbias_elements;
+    const int64_t min_cols = std::max(
+        kMinTaskColumns, CeilDiv(kMinTaskElements, std::max<int64_t>(rows, 1)));
+    const RangeSplit split = SplitRange(cols, threads, min_cols, kColumnAlign);
+    keys.assign(static_cast<size_t>(split.count), 0u);
+    parallel(split.count, [&](int64_t piece) {
+      keys[piece] = CastColumnsWithDbias<Input, Format>(
+          problem, x, scale, row, col, dbias, split.begin(piece),
+          split.end(piece, cols));
+    });
+    CanonicalizeNans(dbias, dbias_elements);
+    if (problem.dbias_cast) {
+      // Node 0 of each kept row's tree, in the input type.
+      const int64_t first = b * problem.dbias_kept_rows * cols;
+      for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
+        for (int64_t c = 0; c < cols; ++c) {
+          StoreNarrowed(problem.input_type, buffers.dbias_cast,
+                        first + kept * cols + c,
+                        dbias[kept * problem.dbias_split * cols + c]);
+        }
+      }
+    }
+  } else if (col == nullptr) {
+    // Rowwise only: flat ranges of the example.
+    const RangeSplit split =
+        SplitRange(elements, threads, kMinTaskElements, 64);
+    keys.assign(static_cast<size_t>(split.count), 0u);
+    parallel(split.count, [&](int64_t piece) {
+      keys[piece] = CastFlat<Input, Format>(
+          x, split.begin(piece), split.end(piece, elements), scale, row);
+    });
+  } else {
+    // A transposed copy: (row range, column panel) pairs, the row ranges
+    // whole staging tiles.
+    const int64_t panels = std::max<int64_t>(1, CeilDiv(cols, kPanelCols));
+    const int64_t min_rows = CeilDiv(
+        kMinTaskElements, std::max<int64_t>(1, std::min(cols, kPanelCols)));
+    const RangeSplit split =
+        SplitRange(rows, CeilDiv(threads, panels), min_rows, kTileRows);
+    keys.assign(static_cast<size_t>(split.count * panels), 0u);
+    parallel(split.count * panels, [&](int64_t item) {
+      const int64_t piece = item / panels;
+      const int64_t first_col = (item % panels) * kPanelCols;
+      keys[item] = CastPanelRows<Input, Format>(
+          problem, x, scale, row, col, split.begin(piece),
+          split.end(piece, rows), first_col,
+          std::min(kPanelCols, cols - first_col));
+    });
+  }
+  buffers.amax[b] = BitsToFloat(MaxKey(keys));
 }
 
 template <typename Input, typename Format>
 void QuantizeAll(const Fp8QuantizeProblem& problem,
-                 const Fp8QuantizeBuffers& buffers) {
+                 const Fp8QuantizeBuffers& buffers,
+                 const ParallelFor& parallel) {
   const int64_t elements = problem.rows * problem.cols;
-  const int64_t dbias_elements =
-      problem.dbias_kept_rows * problem.dbias_split * problem.cols;
-  const auto* x = static_cast<const typename Input::Storage*>(buffers.x);
-  Workspace workspace;
+  if (problem.batch > 1 && elements < 2 * kMinTaskElements) {
+    // Small examples: whole examples per task, each on one thread.
+    ParallelRanges(parallel, problem.batch,
+                   CeilDiv(kMinTaskElements, std::max<int64_t>(1, elements)), 1,
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t b = begin; b < end; ++b) {
+                       QuantizeExample<Input, Format>(problem, buffers, b,
+                                                      ParallelFor());
+                     }
+                   });
+    return;
+  }
   for (int64_t b = 0; b < problem.batch; ++b) {
-    const float scale =
-        problem.scale_from_amax
-            ? ScaleFromAmax(SpanAmax<Input>(x + b * elements, elements),
-                            buffers.scale[b], problem.format)
-            : buffers.scale[b];
-    buffers.scale_inv[b] = 1.0f / scale;
-    CanonicalizeNans(buffers.scale_inv + b, 1);
-    uint8_t* row = problem.rowwise ? buffers.row + b * elements : nullptr;
-    uint8_t* col = problem.colwise ? buffers.col + b * elements : nullptr;
-    if (problem.with_dbias) {
-      QuantizeExample<Input, Format, true>(
-          problem, x + b * elements, scale, row, col,
-          buffers.dbias + b * dbias_elements, workspace, buffers.amax + b);
-      CanonicalizeNans(buffers.dbias + b * dbias_elements, dbias_elements);
-      if (problem.dbias_cast) {
-        // Node 0 of each kept row's tree, in the input type.
-        const float* nodes = buffers.dbias + b * dbias_elements;
-        const int64_t first = b * problem.dbias_kept_rows * problem.cols;
-        for (int64_t kept = 0; kept < problem.dbias_kept_rows; ++kept) {
-          for (int64_t c = 0; c < problem.cols; ++c) {
-            StoreNarrowed(problem.input_type, buffers.dbias_cast,
-                          first + kept * problem.cols + c,
-                          nodes[kept * problem.dbias_split * problem.cols + c]);
-          }
-        }
-      }
-    } else {
-      QuantizeExample<Input, Format, false>(problem, x + b * elements, scale,
-                                            row, col, nullptr, workspace,
-                                            buffers.amax + b);
-    }
+    QuantizeExample<Input, Format>(problem, buffers, b, parallel);
   }
 }
 
 template <typename Input>
 void DispatchFormat(const Fp8QuantizeProblem& problem,
-                    const Fp8QuantizeBuffers& buffers) {
+                    const Fp8QuantizeBuffers& buffers,
+                    const ParallelFor& parallel) {
   switch (problem.format) {
     case Fp8Format::kE4M3Fn:
-      QuantizeAll<Input, E4M3Fn>(problem, buffers);
+      QuantizeAll<Input, E4M3Fn>(problem, buffers, parallel);
       return;
     case Fp8Format::kE5M2:
-      QuantizeAll<Input, E5M2>(problem, buffers);
+      QuantizeAll<Input, E5M2>(problem, buffers, parallel);
       return;
   }
 }
@@ -321,16 +459,17 @@ void DispatchFormat(const Fp8QuantizeProblem& problem,
 }  // namespace
 
 void Fp8Quantize(const Fp8QuantizeProblem& problem,
-                 const Fp8QuantizeBuffers& buffers) {
+                 const Fp8QuantizeBuffers& buffers,
+                 const ParallelFor& parallel) {
   switch (problem.input_type) {
     case InputType::kF32:
-      DispatchFormat<F32Input>(problem, buffers);
+      DispatchFormat<F32Input>(problem, buffers, parallel);
       return;
     case InputType::kF16:
-      DispatchFormat<F16Input>(problem, buffers);
+      DispatchFormat<F16Input>(problem, buffers, parallel);
       return;
     case InputType::kBF16:
-      DispatchFormat<Bf16Input>(problem, buffers);
+      DispatchFormat<Bf16Input>(problem, buffers, parallel);
       return;
   }
 }

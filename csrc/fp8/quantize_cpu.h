@@ -6,6 +6,7 @@
 #define EQX_QUANT_CSRC_FP8_QUANTIZE_CPU_H_
 
 #include "common/fp8_quantize_problem.h"
+#include "common/parallel_for.h"
 
 namespace eqx_quant::cpu {
 
@@ -23,9 +24,17 @@ namespace eqx_quant::cpu {
 //                  dbias_cast; common/float_narrow.h)
 // The product is one IEEE f32 multiply and the sums IEEE f32 adds: the caller
 // must run this with round-to-nearest and without flush-to-zero /
-// denormals-are-zero (see common/scoped_ieee_float_env.h).
+// denormals-are-zero (see common/scoped_ieee_float_env.h); the threads of
+// `parallel` too.
+//
+// The work is split over `parallel` (common/parallel_for.h): the amax pass
+// and a rowwise-only cast in flat ranges, a transposed copy in (row range,
+// column panel) pairs, dbias in column ranges (every tree of a column on one
+// task); small examples are taken whole, several per task. The bits do not
+// depend on the split.
 void Fp8Quantize(const Fp8QuantizeProblem& problem,
-                 const Fp8QuantizeBuffers& buffers);
+                 const Fp8QuantizeBuffers& buffers,
+                 const ParallelFor& parallel = ParallelFor());
 
 }  // namespace eqx_quant::cpu
 

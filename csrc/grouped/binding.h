@@ -91,8 +91,9 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
 
 namespace eqx_quant {
 
-// Append the operands above to `binding`: pass xla::ffi::Ffi::Bind() for a CPU
-// handler, or Bind() with the platform stream context already added.
+// Append the operands above to `binding`: pass Bind() with the thread pool
+// context (BindCpuThreadPool, ffi/cpu_thread_pool.h) for a CPU handler, or
+// with the platform stream context for a CUDA one.
 template <typename Binding>
 auto BindGroupedFp8QuantizeOperands(Binding binding) {
   return std::move(binding)

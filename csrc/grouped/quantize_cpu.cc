@@ -12,6 +12,7 @@
 #include "common/grouped_problem.h"
 #include "common/mxfp8_problem.h"
 #include "common/nvfp4_problem.h"
+#include "common/parallel_for.h"
 #include "common/tree_sum.h"
 #include "fp8/quantize_cpu.h"
 #include "mxfp8/quantize_cpu.h"
@@ -123,7 +124,8 @@ class ScaleRegions {
 // FP8 (tensor scaling)
 
 void QuantizeFp8(const GroupedFp8QuantizeProblem& problem,
-                 const GroupedFp8QuantizeBuffers& buffers) {
+                 const GroupedFp8QuantizeBuffers& buffers,
+                 const ParallelFor& parallel) {
   const GroupedView& view = problem.view;
   const int64_t elements = view.elements();
   const int64_t x_bytes = InputBytes(view.input_type);
@@ -157,7 +159,7 @@ void QuantizeFp8(const GroupedFp8QuantizeProblem& problem,
       sub.col = col != nullptr ? col + first : nullptr;
       sub.scale_inv = buffers.scale_inv + slot;
       sub.amax = buffers.amax + slot;
-      Fp8Quantize(dense, sub);
+      Fp8Quantize(dense, sub, parallel);
     }
   }
 }
@@ -214,7 +216,8 @@ BlockExample StartBlockExample(const Problem& problem, const Buffers& buffers,
 // MXFP8
 
 void QuantizeMxfp8(const GroupedMxfp8QuantizeProblem& problem,
-                   const GroupedMxfp8QuantizeBuffers& buffers) {
+                   const GroupedMxfp8QuantizeBuffers& buffers,
+                   const ParallelFor& parallel) {
   const GroupedView& view = problem.view;
   const int64_t x_bytes = InputBytes(view.input_type);
   const int64_t row_blocks = Mxfp8Blocks(view.cols);
@@ -259,7 +262,7 @@ void QuantizeMxfp8(const GroupedMxfp8QuantizeProblem& problem,
         sub.col = col + first;
         sub.col_scale = col_scale.data();
       }
-      Mxfp8Quantize(dense, sub);
+      Mxfp8Quantize(dense, sub, parallel);
       // Rowwise T_g = the (rows, ceil(N/32)) scales; colwise T_g = the
       // transpose of the (ceil(rows/32), N) scales.
       if (row != nullptr) {
@@ -276,7 +279,8 @@ void QuantizeMxfp8(const GroupedMxfp8QuantizeProblem& problem,
 // NVFP4
 
 void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
-                   const GroupedNvfp4QuantizeBuffers& buffers) {
+                   const GroupedNvfp4QuantizeBuffers& buffers,
+                   const ParallelFor& parallel) {
   constexpr int64_t kBlock = grouped::kNvfp4Block;
   const GroupedView& view = problem.view;
   const int64_t x_bytes = InputBytes(view.input_type);
@@ -344,7 +348,7 @@ void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
         sub.col = col;
         sub.col_scale = col_scale.data();
       }
-      Nvfp4Quantize(dense, sub);
+      Nvfp4Quantize(dense, sub, parallel);
       if (row != nullptr) {
         row_regions.Store(g, rows, row_scale.data(), row_blocks, false);
       }
@@ -376,16 +380,29 @@ struct GroupRowLoader {
   }
 };
 
+// Work below this many elements per task is not split; column ranges are
+// multiples of kColumnAlign columns, at least kMinTaskColumns wide.
+constexpr int64_t kMinTaskElements = int64_t{1} << 15;
+constexpr int64_t kColumnAlign = 16;
+constexpr int64_t kMinTaskColumns = 256;
+
+// The tree partial vectors of the calling thread, kept between calls.
+std::vector<float>& ThreadScratch() {
+  thread_local std::vector<float> scratch;
+  return scratch;
+}
+
+// Each group's sums in column ranges, in parallel: every tree of a column on
+// one task (a column's sum never sees another column, so the bits do not
+// depend on the split).
 template <typename Input>
 void SumGroups(const GroupedDbiasProblem& problem,
-               const GroupedDbiasBuffers& buffers) {
+               const GroupedDbiasBuffers& buffers,
+               const ParallelFor& parallel) {
   const GroupedView& view = problem.view;
   const int64_t elements = view.elements();
   const int64_t cols = view.cols;
-  const int64_t panel = std::min<int64_t>(kDbiasPanelCols, cols);
   ExampleGroups groups(view);
-  std::vector<float> scratch;
-  std::vector<float> sums;  // one group's, before the cast
   for (int64_t b = 0; b < view.batch; ++b) {
     const auto* x =
         static_cast<const typename Input::Storage*>(buffers.x) + b * elements;
@@ -396,19 +413,30 @@ void SumGroups(const GroupedDbiasProblem& problem,
       const int64_t dims[1] = {groups.rows(g)};
       const int64_t vectors =
           std::max<int64_t>(1, NestedTreeSumScratchVectors(dims, 1));
-      scratch.resize(static_cast<size_t>(vectors * std::max<int64_t>(panel, 1)));
-      sums.resize(static_cast<size_t>(cols));
-      for (int64_t first_col = 0; first_col < cols; first_col += panel) {
-        const int64_t width = std::min(panel, cols - first_col);
-        GroupRowLoader<Input> loader{x + groups.start(g) * cols, cols,
-                                     first_col, width};
-        NestedTreeSum(dims, 1, 0, width, loader, sums.data() + first_col,
-                      scratch.data());
-      }
-      for (int64_t c = 0; c < cols; ++c) {
-        StoreNarrowed(buffers.dbias_type, buffers.dbias,
-                      first + g * cols + c, sums[static_cast<size_t>(c)]);
-      }
+      const int64_t min_cols = std::max(
+          kMinTaskColumns,
+          grouped::CeilDiv(kMinTaskElements, std::max<int64_t>(1, dims[0])));
+      ParallelRanges(
+          parallel, cols, min_cols, kColumnAlign,
+          [&](int64_t col_begin, int64_t col_end) {
+            const int64_t panel =
+                std::min<int64_t>(kDbiasPanelCols, col_end - col_begin);
+            std::vector<float>& scratch = ThreadScratch();
+            // The vectors, then one panel's sums (before the cast).
+            scratch.resize(static_cast<size_t>((vectors + 1) * panel));
+            float* sums = scratch.data() + vectors * panel;
+            for (int64_t first_col = col_begin; first_col < col_end;
+                 first_col += panel) {
+              const int64_t width = std::min(panel, col_end - first_col);
+              GroupRowLoader<Input> loader{x + groups.start(g) * cols, cols,
+                                           first_col, width};
+              NestedTreeSum(dims, 1, 0, width, loader, sums, scratch.data());
+              for (int64_t c = 0; c < width; ++c) {
+                StoreNarrowed(buffers.dbias_type, buffers.dbias,
+                              first + g * cols + first_col + c, sums[c]);
+              }
+            }
+          });
     }
   }
 }
@@ -416,31 +444,35 @@ void SumGroups(const GroupedDbiasProblem& problem,
 }  // namespace
 
 void GroupedFp8Quantize(const GroupedFp8QuantizeProblem& problem,
-                        const GroupedFp8QuantizeBuffers& buffers) {
-  QuantizeFp8(problem, buffers);
+                        const GroupedFp8QuantizeBuffers& buffers,
+                        const ParallelFor& parallel) {
+  QuantizeFp8(problem, buffers, parallel);
 }
 
 void GroupedMxfp8Quantize(const GroupedMxfp8QuantizeProblem& problem,
-                          const GroupedMxfp8QuantizeBuffers& buffers) {
-  QuantizeMxfp8(problem, buffers);
+                          const GroupedMxfp8QuantizeBuffers& buffers,
+                          const ParallelFor& parallel) {
+  QuantizeMxfp8(problem, buffers, parallel);
 }
 
 void GroupedNvfp4Quantize(const GroupedNvfp4QuantizeProblem& problem,
-                          const GroupedNvfp4QuantizeBuffers& buffers) {
-  QuantizeNvfp4(problem, buffers);
+                          const GroupedNvfp4QuantizeBuffers& buffers,
+                          const ParallelFor& parallel) {
+  QuantizeNvfp4(problem, buffers, parallel);
 }
 
 void GroupedDbias(const GroupedDbiasProblem& problem,
-                  const GroupedDbiasBuffers& buffers) {
+                  const GroupedDbiasBuffers& buffers,
+                  const ParallelFor& parallel) {
   switch (problem.view.input_type) {
     case InputType::kF32:
-      SumGroups<F32Input>(problem, buffers);
+      SumGroups<F32Input>(problem, buffers, parallel);
       return;
     case InputType::kF16:
-      SumGroups<F16Input>(problem, buffers);
+      SumGroups<F16Input>(problem, buffers, parallel);
       return;
     case InputType::kBF16:
-      SumGroups<Bf16Input>(problem, buffers);
+      SumGroups<Bf16Input>(problem, buffers, parallel);
       return;
   }
 }

@@ -7,7 +7,9 @@
 
 #include "common/fp8_quantize_problem.h"
 #include "common/mxfp8_problem.h"
+#include "common/parallel_for.h"
 #include "common/scoped_ieee_float_env.h"
+#include "ffi/cpu_thread_pool.h"
 #include "fp8/quantize_cpu.h"
 #include "mxfp8/args.h"
 #include "mxfp8/binding.h"
@@ -19,7 +21,7 @@ namespace {
 
 namespace ffi = xla::ffi;
 
-ffi::Error Mxfp8QuantizeCpuImpl(ffi::AnyBuffer x,
+ffi::Error Mxfp8QuantizeCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
                                 ffi::Result<ffi::AnyBuffer> row,
                                 ffi::Result<ffi::AnyBuffer> row_scale,
                                 ffi::Result<ffi::AnyBuffer> col,
@@ -33,8 +35,10 @@ ffi::Error Mxfp8QuantizeCpuImpl(ffi::AnyBuffer x,
   if (!call.has_value()) return call.error();
   // IEEE subnormals under XLA's flush-to-zero CPU runtime, as RunCpuKernel
   // (ffi/handler_preamble.h) does for the ops with one kernel.
+  // (The helper threads of `parallel` switch themselves.)
   ScopedIeeeFloatEnv ieee_float_env;
-  cpu::Mxfp8Quantize(call->mx.problem, call->mx.buffers);
+  const ParallelFor parallel = MakeParallelFor(pool);
+  cpu::Mxfp8Quantize(call->mx.problem, call->mx.buffers, parallel);
   const Fp8QuantizeProblem& dbias = call->dbias.problem;
   if (dbias.with_dbias) {
     // The FP8 kernel's dbias-only form (its scale, scale_inv and amax are
@@ -45,7 +49,7 @@ ffi::Error Mxfp8QuantizeCpuImpl(ffi::AnyBuffer x,
     sums.scale = scale.data();
     sums.scale_inv = unread.data();
     sums.amax = unread.data() + scale.size();
-    cpu::Fp8Quantize(dbias, sums);
+    cpu::Fp8Quantize(dbias, sums, parallel);
   }
   return ffi::Error::Success();
 }
@@ -55,4 +59,4 @@ ffi::Error Mxfp8QuantizeCpuImpl(ffi::AnyBuffer x,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     Mxfp8QuantizeCpu, eqx_quant::Mxfp8QuantizeCpuImpl,
-    eqx_quant::BindMxfp8QuantizeOperands(xla::ffi::Ffi::Bind()));
+    eqx_quant::BindMxfp8QuantizeOperands(eqx_quant::BindCpuThreadPool()));

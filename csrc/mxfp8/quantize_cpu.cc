@@ -8,6 +8,7 @@
 #include "common/e8m0.h"
 #include "common/fp8_format.h"
 #include "common/mxfp8_problem.h"
+#include "common/parallel_for.h"
 
 namespace eqx_quant::cpu {
 namespace {
@@ -100,7 +101,7 @@ inline __attribute__((always_inline)) void StoreTileRow(
   }
 }
 
-// Buffers of the colwise tiles, allocated once per call.
+// Buffers of the colwise tiles (per thread, ThreadWorkspace).
 struct Workspace {
   float* values = nullptr;        // kBlock x kTileCols
   uint32_t* amax_keys = nullptr;  // kTileCols
@@ -155,43 +156,69 @@ inline __attribute__((always_inline)) void QuantizeTile(
   }
 }
 
-// The whole call. Rowwise only: the lines in order, straight from x.
-// Colwise (and rowwise): block rows along K in order, each split into tiles
-// of whole L-lines (short L) or of kTileCols-wide pieces of one line (long L).
+// The tiles of a colwise call: block rows along K in order, each split into
+// tiles of whole L-lines (short L) or of kTileCols-wide pieces of one line
+// (long L); tile t is the t-th in that order.
+struct TilePlan {
+  int64_t lines_per_tile = 1;  // short L: lines of a tile; long L: 1
+  int64_t per_c = 1;           // long L: tiles per line
+  int64_t per_block_row = 0;   // tiles per block row
+  int64_t block_rows = 0;      // per a
+  int64_t count = 0;
+
+  explicit TilePlan(const Mxfp8QuantizeProblem& problem) {
+    const int64_t last = problem.last;
+    if (last <= kTileCols) {
+      lines_per_tile = kTileCols / last;
+      per_block_row = (problem.inner + lines_per_tile - 1) / lines_per_tile;
+    } else {
+      per_c = (last + kTileCols - 1) / kTileCols;
+      per_block_row = problem.inner * per_c;
+    }
+    block_rows = Mxfp8Blocks(problem.blocked);
+    count = problem.outer * block_rows * per_block_row;
+  }
+
+  Tile Get(const Mxfp8QuantizeProblem& problem, int64_t t) const {
+    Tile tile;
+    const int64_t j = t % per_block_row;
+    const int64_t block_row = t / per_block_row;
+    tile.a = block_row / block_rows;
+    tile.k0 = (block_row % block_rows) * kBlock;
+    tile.rows = std::min(kBlock, problem.blocked - tile.k0);
+    if (problem.last <= kTileCols) {
+      tile.c0 = j * lines_per_tile;
+      tile.lines = std::min(lines_per_tile, problem.inner - tile.c0);
+      tile.l0 = 0;
+      tile.length = problem.last;
+    } else {
+      tile.c0 = j / per_c;
+      tile.lines = 1;
+      tile.l0 = (j % per_c) * kTileCols;
+      tile.length = std::min(kTileCols, problem.last - tile.l0);
+    }
+    return tile;
+  }
+};
+
+// Items [begin, end) of the call: rowwise only, lines (straight from x);
+// colwise (and rowwise), the tiles of TilePlan.
 template <typename Input, typename Format>
 inline __attribute__((always_inline)) void QuantizeBody(
     const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
-    const Workspace& workspace) {
+    const Workspace& workspace, int64_t begin, int64_t end) {
   if (!problem.colwise) {
+    const int64_t last = problem.last;
     QuantizeLines<Input, Format>(
-        static_cast<const typename Input::Storage*>(buffers.x),
-        problem.outer * problem.blocked * problem.inner, problem.last,
-        buffers.row, buffers.row_scale);
+        static_cast<const typename Input::Storage*>(buffers.x) + begin * last,
+        end - begin, last, buffers.row + begin * last,
+        buffers.row_scale + begin * Mxfp8Blocks(last));
     return;
   }
-  const int64_t last = problem.last;
-  const int64_t lines_per_tile = last <= kTileCols ? kTileCols / last : 1;
-  Tile tile;
-  for (tile.a = 0; tile.a < problem.outer; ++tile.a) {
-    for (tile.k0 = 0; tile.k0 < problem.blocked; tile.k0 += kBlock) {
-      tile.rows = std::min(kBlock, problem.blocked - tile.k0);
-      if (last <= kTileCols) {
-        tile.l0 = 0;
-        tile.length = last;
-        for (tile.c0 = 0; tile.c0 < problem.inner; tile.c0 += lines_per_tile) {
-          tile.lines = std::min(lines_per_tile, problem.inner - tile.c0);
-          QuantizeTile<Input, Format>(problem, buffers, tile, workspace);
-        }
-      } else {
-        tile.lines = 1;
-        for (tile.c0 = 0; tile.c0 < problem.inner; ++tile.c0) {
-          for (tile.l0 = 0; tile.l0 < last; tile.l0 += kTileCols) {
-            tile.length = std::min(kTileCols, last - tile.l0);
-            QuantizeTile<Input, Format>(problem, buffers, tile, workspace);
-          }
-        }
-      }
-    }
+  const TilePlan plan(problem);
+  for (int64_t t = begin; t < end; ++t) {
+    QuantizeTile<Input, Format>(problem, buffers, plan.Get(problem, t),
+                                workspace);
   }
 }
 
@@ -202,8 +229,8 @@ inline __attribute__((always_inline)) void QuantizeBody(
 template <typename Input, typename Format>
 void QuantizeGeneric(const Mxfp8QuantizeProblem& problem,
                      const Mxfp8QuantizeBuffers& buffers,
-                     const Workspace& workspace) {
-  QuantizeBody<Input, Format>(problem, buffers, workspace);
+                     const Workspace& workspace, int64_t begin, int64_t end) {
+  QuantizeBody<Input, Format>(problem, buffers, workspace, begin, end);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -211,42 +238,62 @@ void QuantizeGeneric(const Mxfp8QuantizeProblem& problem,
 template <typename Input, typename Format>
 __attribute__((target("avx2"))) void QuantizeAvx2(
     const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
-    const Workspace& workspace) {
-  QuantizeBody<Input, Format>(problem, buffers, workspace);
+    const Workspace& workspace, int64_t begin, int64_t end) {
+  QuantizeBody<Input, Format>(problem, buffers, workspace, begin, end);
 }
 #endif
 
+// The colwise tile buffers of the calling thread, kept between calls.
+Workspace ThreadWorkspace() {
+  thread_local std::vector<float> values(kBlock * kTileCols);
+  thread_local std::vector<uint32_t> amax_keys(kTileCols);
+  thread_local std::vector<float> factors(kTileCols);
+  return {values.data(), amax_keys.data(), factors.data()};
+}
+
+// Work below this many elements per task is not split.
+constexpr int64_t kMinTaskElements = int64_t{1} << 15;
+
 template <typename Input, typename Format>
 void QuantizeAll(const Mxfp8QuantizeProblem& problem,
-                 const Mxfp8QuantizeBuffers& buffers) {
-  std::vector<float> values;
-  std::vector<uint32_t> amax_keys;
-  std::vector<float> factors;
-  Workspace workspace;
+                 const Mxfp8QuantizeBuffers& buffers,
+                 const ParallelFor& parallel) {
+  // Items: lines (rowwise only) or tiles, independent (each writes its own
+  // bytes and scales), in ranges.
+  int64_t items = problem.outer * problem.blocked * problem.inner;
+  int64_t item_elements = problem.last;
   if (problem.colwise) {
-    values.resize(kBlock * kTileCols);
-    amax_keys.resize(kTileCols);
-    factors.resize(kTileCols);
-    workspace = {values.data(), amax_keys.data(), factors.data()};
+    const TilePlan plan(problem);
+    items = plan.count;
+    item_elements =
+        kBlock * std::min(kTileCols, plan.lines_per_tile * problem.last);
   }
+  const int64_t min_items = (kMinTaskElements + item_elements - 1) /
+                            std::max<int64_t>(1, item_elements);
+  ParallelRanges(
+      parallel, items, min_items, 1, [&](int64_t begin, int64_t end) {
+        const Workspace workspace =
+            problem.colwise ? ThreadWorkspace() : Workspace();
 #if defined(EQX_QUANT_MXFP8_CPU_AVX2_VARIANT)
-  if (__builtin_cpu_supports("avx2")) {
-    QuantizeAvx2<Input, Format>(problem, buffers, workspace);
-    return;
-  }
+        if (__builtin_cpu_supports("avx2")) {
+          QuantizeAvx2<Input, Format>(problem, buffers, workspace, begin, end);
+          return;
+        }
 #endif
-  QuantizeGeneric<Input, Format>(problem, buffers, workspace);
+        QuantizeGeneric<Input, Format>(problem, buffers, workspace, begin, end);
+      });
 }
 
 template <typename Input>
 void DispatchFormat(const Mxfp8QuantizeProblem& problem,
-                    const Mxfp8QuantizeBuffers& buffers) {
+                    const Mxfp8QuantizeBuffers& buffers,
+                    const ParallelFor& parallel) {
   switch (problem.format) {
     case Fp8Format::kE4M3Fn:
-      QuantizeAll<Input, E4M3Fn>(problem, buffers);
+      QuantizeAll<Input, E4M3Fn>(problem, buffers, parallel);
       return;
     case Fp8Format::kE5M2:
-      QuantizeAll<Input, E5M2>(problem, buffers);
+      QuantizeAll<Input, E5M2>(problem, buffers, parallel);
       return;
   }
 }
@@ -254,19 +301,20 @@ void DispatchFormat(const Mxfp8QuantizeProblem& problem,
 }  // namespace
 
 void Mxfp8Quantize(const Mxfp8QuantizeProblem& problem,
-                   const Mxfp8QuantizeBuffers& buffers) {
+                   const Mxfp8QuantizeBuffers& buffers,
+                   const ParallelFor& parallel) {
   const int64_t elements =
       problem.outer * problem.blocked * problem.inner * problem.last;
   if (elements == 0) return;  // then every output is empty too
   switch (problem.input_type) {
     case InputType::kF32:
-      DispatchFormat<F32Input>(problem, buffers);
+      DispatchFormat<F32Input>(problem, buffers, parallel);
       return;
     case InputType::kF16:
-      DispatchFormat<F16Input>(problem, buffers);
+      DispatchFormat<F16Input>(problem, buffers, parallel);
       return;
     case InputType::kBF16:
-      DispatchFormat<Bf16Input>(problem, buffers);
+      DispatchFormat<Bf16Input>(problem, buffers, parallel);
       return;
   }
 }

@@ -6,6 +6,7 @@
 #define EQX_QUANT_CSRC_MXFP8_QUANTIZE_CPU_H_
 
 #include "common/mxfp8_problem.h"
+#include "common/parallel_for.h"
 
 namespace eqx_quant::cpu {
 
@@ -16,9 +17,12 @@ namespace eqx_quant::cpu {
 //   bytes = fp8_RN_sat(fl(float(x) * 2^(127-E)))      (NaN -> 0x7F)
 // (common/e8m0.h). The multiplies are IEEE f32: the caller must run this with
 // round-to-nearest and without flush-to-zero / denormals-are-zero (see
-// common/scoped_ieee_float_env.h).
+// common/scoped_ieee_float_env.h); the threads of `parallel` too. The work
+// is split over `parallel` (common/parallel_for.h) in ranges of lines
+// (rowwise only) or of 32-row tiles; the bits do not depend on the split.
 void Mxfp8Quantize(const Mxfp8QuantizeProblem& problem,
-                   const Mxfp8QuantizeBuffers& buffers);
+                   const Mxfp8QuantizeBuffers& buffers,
+                   const ParallelFor& parallel = ParallelFor());
 
 }  // namespace eqx_quant::cpu
 

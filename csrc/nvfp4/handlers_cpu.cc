@@ -2,6 +2,7 @@
 // the preamble (nvfp4/args.h), then the CPU kernels.
 
 #include "common/nvfp4_problem.h"
+#include "ffi/cpu_thread_pool.h"
 #include "ffi/handler_preamble.h"
 #include "nvfp4/args.h"
 #include "nvfp4/binding.h"
@@ -13,22 +14,25 @@ namespace {
 
 namespace ffi = xla::ffi;
 
-ffi::Error Nvfp4AmaxCpuImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> amax,
+ffi::Error Nvfp4AmaxCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
+                            ffi::Result<ffi::AnyBuffer> amax,
                             ffi::Result<ffi::AnyBuffer> rht_amax,
                             Nvfp4AmaxAttrs attrs) {
   return RunCpuKernel(PrepareNvfp4Amax(x, *amax, *rht_amax, attrs),
-                      cpu::Nvfp4Amax);
+                      MakeParallelFor(pool), cpu::Nvfp4Amax);
 }
 
-ffi::Error Nvfp4QuantizeCpuImpl(
-    ffi::AnyBuffer x, ffi::AnyBuffer amax, ffi::AnyBuffer col_amax,
-    ffi::AnyBuffer key, ffi::AnyBuffer offset, ffi::Result<ffi::AnyBuffer> row,
-    ffi::Result<ffi::AnyBuffer> row_scale, ffi::Result<ffi::AnyBuffer> col,
-    ffi::Result<ffi::AnyBuffer> col_scale, Nvfp4QuantizeAttrs attrs) {
-  return RunCpuKernel(
-      PrepareNvfp4Quantize(x, amax, col_amax, key, offset, *row, *row_scale,
-                           *col, *col_scale, attrs),
-      cpu::Nvfp4Quantize);
+ffi::Error Nvfp4QuantizeCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
+                                ffi::AnyBuffer amax, ffi::AnyBuffer col_amax,
+                                ffi::AnyBuffer key, ffi::AnyBuffer offset,
+                                ffi::Result<ffi::AnyBuffer> row,
+                                ffi::Result<ffi::AnyBuffer> row_scale,
+                                ffi::Result<ffi::AnyBuffer> col,
+                                ffi::Result<ffi::AnyBuffer> col_scale,
+                                Nvfp4QuantizeAttrs attrs) {
+  return RunCpuKernel(PrepareNvfp4Quantize(x, amax, col_amax, key, offset, *row,
+                                           *row_scale, *col, *col_scale, attrs),
+                      MakeParallelFor(pool), cpu::Nvfp4Quantize);
 }
 
 }  // namespace
@@ -36,8 +40,8 @@ ffi::Error Nvfp4QuantizeCpuImpl(
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     Nvfp4AmaxCpu, eqx_quant::Nvfp4AmaxCpuImpl,
-    eqx_quant::BindNvfp4AmaxOperands(xla::ffi::Ffi::Bind()));
+    eqx_quant::BindNvfp4AmaxOperands(eqx_quant::BindCpuThreadPool()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     Nvfp4QuantizeCpu, eqx_quant::Nvfp4QuantizeCpuImpl,
-    eqx_quant::BindNvfp4QuantizeOperands(xla::ffi::Ffi::Bind()));
+    eqx_quant::BindNvfp4QuantizeOperands(eqx_quant::BindCpuThreadPool()));

@@ -9,6 +9,7 @@
 #include "common/fp8_format.h"
 #include "common/nvfp4_format.h"
 #include "common/nvfp4_problem.h"
+#include "common/parallel_for.h"
 #include "common/rht.h"
 #include "common/threefry.h"
 #include "nvfp4/loops_cpu.h"
@@ -44,37 +45,45 @@ struct Chunk {
   int64_t blocks() const { return width() / kB; }
 };
 
-// The chunks of the C * L columns of a panel, in increasing order.
+// The chunks of the C * L columns of a panel, in increasing order: chunk i
+// is Get(i), i < count().
 class ChunkPlan {
  public:
   ChunkPlan(int64_t c_count, int64_t l_count)
-      : c_count_(c_count), l_count_(l_count) {}
-
-  template <typename Fn>
-  void ForEach(Fn&& fn) const {
+      : c_count_(c_count), l_count_(l_count) {
     if (c_count_ == 0 || l_count_ == 0) return;
-    if (RoundUp16(l_count_) >= kChunk) {  // each c split into l ranges
-      for (int64_t c = 0; c < c_count_; ++c) {
-        for (int64_t l0 = 0; l0 < l_count_; l0 += kChunk) {
-          const int64_t nl = std::min(kChunk, l_count_ - l0);
-          fn(Chunk{c, 1, l0, nl, RoundUp16(nl)});
-        }
-      }
-      return;
+    split_l_ = RoundUp16(l_count_) >= kChunk;  // each c split into l ranges
+    if (split_l_) {
+      per_ = CeilDiv(l_count_, kChunk);  // chunks per c
+      count_ = c_count_ * per_;
+    } else {
+      per_ = kChunk / RoundUp16(l_count_);  // whole c per chunk
+      count_ = CeilDiv(c_count_, per_);
     }
-    const int64_t nlp = RoundUp16(l_count_);  // several whole c per chunk
-    const int64_t per = kChunk / nlp;
-    for (int64_t c0 = 0; c0 < c_count_; c0 += per) {
-      fn(Chunk{c0, std::min(per, c_count_ - c0), 0, l_count_, nlp});
+  }
+
+  int64_t count() const { return count_; }
+
+  Chunk Get(int64_t i) const {
+    if (split_l_) {
+      const int64_t l0 = (i % per_) * kChunk;
+      const int64_t nl = std::min(kChunk, l_count_ - l0);
+      return Chunk{i / per_, 1, l0, nl, RoundUp16(nl)};
     }
+    const int64_t c0 = i * per_;
+    return Chunk{c0, std::min(per_, c_count_ - c0), 0, l_count_,
+                 RoundUp16(l_count_)};
   }
 
  private:
   int64_t c_count_;
   int64_t l_count_;
+  bool split_l_ = false;
+  int64_t per_ = 1;
+  int64_t count_ = 0;
 };
 
-// Working set of one panel chunk (heap-allocated once per call).
+// Working set of one panel chunk (one per thread, ThreadScratch).
 struct Scratch {
   float x[kB][kChunk];          // f32 inputs, row i = k0 + i, padded segments
   float rht[kB][kChunk];        // RHT outputs (bf16 values) along K
@@ -94,6 +103,34 @@ struct Scratch {
   uint32_t tile_key[kChunkBlocks];  // 2D tile amax keys
   uint8_t tile_sdb[kChunkBlocks];   // 2D rowwise scales
   float tile_enc[kChunkBlocks];
+};
+
+// The calling thread's Scratch, kept between calls.
+Scratch& ThreadScratch() {
+  thread_local const std::unique_ptr<Scratch> scratch =
+      std::make_unique<Scratch>();
+  return *scratch;
+}
+
+// Work below this many elements per task is not split.
+constexpr int64_t kMinTaskElements = int64_t{1} << 15;
+
+// The work items of one example: item t is chunk t % chunks of the panel
+// t / chunks, panel p being the rows [k0, k0 + 16) of a = p / panels_per_a,
+// k0 = 16 * (p % panels_per_a).
+struct ItemPlan {
+  int64_t chunks = 0;
+  int64_t panels_per_a = 0;
+  int64_t count = 0;
+
+  ItemPlan(int64_t a, int64_t k, const ChunkPlan& plan)
+      : chunks(plan.count()),
+        panels_per_a(CeilDiv(k, kB)),
+        count(a * panels_per_a * plan.count()) {}
+
+  int64_t a(int64_t t) const { return t / chunks / panels_per_a; }
+  int64_t k0(int64_t t) const { return (t / chunks) % panels_per_a * kB; }
+  int64_t chunk(int64_t t) const { return t % chunks; }
 };
 
 // The stochastic-rounding indices of an x element s: rowwise ravel(s +
@@ -181,9 +218,9 @@ class ExampleQuantizer {
       : pr_(pr), a_(a), k_(k), c_(c), l_(l), chunks_(chunks), sr_(sr),
         rht_(rht), s_(s) {}
 
-  void Run(const Storage* x, CodeOut row, uint8_t* row_scale, CodeOut col,
-           uint8_t* col_scale, float amax, float col_amax, uint32_t key0,
-           uint32_t key1) {
+  void Start(const Storage* x, CodeOut row, uint8_t* row_scale, CodeOut col,
+             uint8_t* col_scale, float amax, float col_amax, uint32_t key0,
+             uint32_t key1) {
     x_ = x;
     row_ = row;
     row_scale_ = row_scale;
@@ -193,13 +230,15 @@ class ExampleQuantizer {
     col_t_ = MakeNvfp4TensorScale(col_amax);
     key0_ = key0;
     key1_ = key1;
-    for (int64_t ai = 0; ai < a_; ++ai) {
-      const uint64_t a_index = sr_ ? sr_->A(ai) : 0;
-      for (int64_t k0 = 0; k0 < k_; k0 += kB) {
-        const int rows = static_cast<int>(std::min<int64_t>(kB, k_ - k0));
-        chunks_.ForEach(
-            [&](const Chunk& ch) { Panel(ai, k0, rows, ch, a_index); });
-      }
+  }
+
+  // The items [begin, end) of ItemPlan(a, k, chunks), after Start.
+  void Items(const ItemPlan& items, int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t ai = items.a(t);
+      const int64_t k0 = items.k0(t);
+      const int rows = static_cast<int>(std::min<int64_t>(kB, k_ - k0));
+      Panel(ai, k0, rows, chunks_.Get(items.chunk(t)), sr_ ? sr_->A(ai) : 0);
     }
   }
 
@@ -399,7 +438,7 @@ class ExampleQuantizer {
 
 template <typename Input, typename Loops>
 void QuantizeAll(const Nvfp4QuantizeProblem& pr,
-                 const Nvfp4QuantizeBuffers& buf) {
+                 const Nvfp4QuantizeBuffers& buf, const ParallelFor& parallel) {
   const Nvfp4View& v = pr.view;
   const int64_t elements = v.a * v.k * v.c * v.l;
   if (elements == 0) return;
@@ -417,15 +456,25 @@ void QuantizeAll(const Nvfp4QuantizeProblem& pr,
   const int c_begin = rows_only ? 0 : (k_axis >= 0 ? k_axis + 1 : n - 1);
 
   const ChunkPlan chunks(c, v.l);
-  const auto scratch = std::make_unique<Scratch>();
+  const ItemPlan items(a, k, chunks);
   const RhtMatrix rht = MakeRhtMatrix(pr.rht_sign_mask);
   std::unique_ptr<SrIndex> sr;
   if (pr.stochastic_rounding) {
     sr = std::make_unique<SrIndex>(v.shape, pr.global_shape, buf.offset, a_end,
                                    k_axis, c_begin);
   }
-  ExampleQuantizer<Input, Loops> quantizer(pr, a, k, c, v.l, chunks, sr.get(),
-                                           rht, *scratch);
+  // Two codes share a byte: the items may go to different threads only when
+  // every run of codes they write starts and ends on a byte boundary (rowwise
+  // runs are 16-aligned pieces of L-long lines, colwise ones of K-long
+  // columns).
+  const bool whole_bytes = buf.code_first % 2 == 0 &&
+                           (!pr.rowwise || v.l % 2 == 0) &&
+                           (!pr.colwise || v.k % 2 == 0);
+  const ParallelFor serial;
+  const ParallelFor& split = whole_bytes ? parallel : serial;
+  const int64_t item_elements =
+      std::max<int64_t>(1, elements / std::max<int64_t>(1, items.count));
+  const int64_t min_items = CeilDiv(kMinTaskElements, item_elements);
   const auto* x = static_cast<const typename Input::Storage*>(buf.x);
   for (int64_t p = 0; p < v.batch; ++p) {
     const uint32_t key0 = pr.stochastic_rounding ? buf.key[2 * p] : 0;
@@ -434,95 +483,131 @@ void QuantizeAll(const Nvfp4QuantizeProblem& pr,
     // row / col.
     const CodeOut row{buf.row, buf.code_first + p * elements};
     const CodeOut col{buf.col, buf.code_first + p * elements};
-    quantizer.Run(x + p * elements, row,
-                  pr.rowwise ? buf.row_scale + p * row_scales : nullptr, col,
-                  pr.colwise ? buf.col_scale + p * col_scales : nullptr,
-                  buf.amax[p], buf.col_amax[p], key0, key1);
+    ParallelRanges(
+        split, items.count, min_items, 1, [&](int64_t begin, int64_t end) {
+          ExampleQuantizer<Input, Loops> quantizer(
+              pr, a, k, c, v.l, chunks, sr.get(), rht, ThreadScratch());
+          quantizer.Start(x + p * elements, row,
+                          pr.rowwise ? buf.row_scale + p * row_scales : nullptr,
+                          col,
+                          pr.colwise ? buf.col_scale + p * col_scales : nullptr,
+                          buf.amax[p], buf.col_amax[p], key0, key1);
+          quantizer.Items(items, begin, end);
+        });
   }
 }
 
+// The max of the pieces' keys (exact in any order).
+uint32_t MaxKey(const std::vector<uint32_t>& keys) {
+  uint32_t key = 0;
+  for (uint32_t k : keys) key = std::max(key, k);
+  return key;
+}
+
 template <typename Input, typename Loops>
-void AmaxAll(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf) {
+void AmaxAll(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
+             const ParallelFor& parallel) {
   const Nvfp4View& v = pr.view;
   const int64_t elements = v.a * v.k * v.c * v.l;
   const int64_t w_count = v.c * v.l;
   const auto* x = static_cast<const typename Input::Storage*>(buf.x);
   const RhtMatrix rht = MakeRhtMatrix(pr.rht_sign_mask);
   const ChunkPlan chunks(v.c, v.l);
-  std::unique_ptr<Scratch> scratch;
-  if (pr.with_rht && elements > 0) scratch = std::make_unique<Scratch>();
+  // RHT groups: every item a full panel of 16 rows (K % 16 == 0).
+  const ItemPlan items(v.a, v.k, chunks);
+  const int64_t threads = parallel.threads();
   for (int64_t p = 0; p < v.batch; ++p) {
     const typename Input::Storage* xp = x + p * elements;
-    buf.amax[p] = BitsToFloat(Loops::template Amax<Input>(xp, elements, 0u));
+    const RangeSplit flat = SplitRange(elements, threads, kMinTaskElements, 64);
+    std::vector<uint32_t> keys(static_cast<size_t>(flat.count), 0u);
+    parallel(flat.count, [&](int64_t piece) {
+      const int64_t begin = flat.begin(piece);
+      keys[piece] = Loops::template Amax<Input>(
+          xp + begin, flat.end(piece, elements) - begin, 0u);
+    });
+    buf.amax[p] = BitsToFloat(MaxKey(keys));
     if (!pr.with_rht) continue;
-    uint32_t rht_key = 0;
-    for (int64_t a = 0; a < v.a && elements > 0; ++a) {
-      for (int64_t k0 = 0; k0 < v.k; k0 += kB) {
-        const typename Input::Storage* panel = xp + (a * v.k + k0) * w_count;
-        chunks.ForEach([&](const Chunk& ch) {
-          Scratch& s = *scratch;
-          // Padding positions are zero, and RHT(0) = 0.
-          LoadPanel<Input, Loops>(panel, w_count, v.l, kB, ch, s);
-          Loops::Rht(&s.x[0][0], kChunk, ch.width(), rht, &s.rht[0][0]);
-          std::fill(s.col_key, s.col_key + ch.width(), 0u);
-          for (int i = 0; i < kB; ++i) {
-            Loops::MaxKeys(s.rht[i], ch.width(), s.col_key);
-          }
-          for (int64_t j = 0; j < ch.width(); ++j) {
-            rht_key = std::max(rht_key, s.col_key[j]);
-          }
-        });
+    const int64_t item_elements = kB * kChunk;
+    const RangeSplit split = SplitRange(
+        items.count, threads, CeilDiv(kMinTaskElements, item_elements), 1);
+    keys.assign(static_cast<size_t>(split.count), 0u);
+    parallel(split.count, [&](int64_t piece) {
+      Scratch& s = ThreadScratch();
+      uint32_t rht_key = 0;
+      for (int64_t t = split.begin(piece); t < split.end(piece, items.count);
+           ++t) {
+        const Chunk ch = chunks.Get(items.chunk(t));
+        const typename Input::Storage* panel =
+            xp + (items.a(t) * v.k + items.k0(t)) * w_count;
+        // Padding positions are zero, and RHT(0) = 0.
+        LoadPanel<Input, Loops>(panel, w_count, v.l, kB, ch, s);
+        Loops::Rht(&s.x[0][0], kChunk, ch.width(), rht, &s.rht[0][0]);
+        std::fill(s.col_key, s.col_key + ch.width(), 0u);
+        for (int i = 0; i < kB; ++i) {
+          Loops::MaxKeys(s.rht[i], ch.width(), s.col_key);
+        }
+        for (int64_t j = 0; j < ch.width(); ++j) {
+          rht_key = std::max(rht_key, s.col_key[j]);
+        }
       }
-    }
-    buf.rht_amax[p] = BitsToFloat(rht_key);
+      keys[piece] = rht_key;
+    });
+    buf.rht_amax[p] = BitsToFloat(MaxKey(keys));
   }
 }
 
-// Runs Fn<Input, Loops>(problem, buffers) with the fastest loop set this CPU
-// supports.
+// Runs Fn<Input, Loops>(problem, buffers, parallel) with the fastest loop
+// set this CPU supports.
 template <template <typename, typename> class Fn, typename Problem,
           typename Buffers>
-void Dispatch(const Problem& problem, const Buffers& buffers) {
+void Dispatch(const Problem& problem, const Buffers& buffers,
+              const ParallelFor& parallel) {
   const InputType type = problem.view.input_type;
 #if defined(EQX_QUANT_NVFP4_AVX2_LOOPS)
   if (__builtin_cpu_supports("avx2")) {
     using L = nvfp4_loops::Avx2Loops;
-    if (type == InputType::kF32) return Fn<F32Input, L>::Run(problem, buffers);
-    if (type == InputType::kF16) return Fn<F16Input, L>::Run(problem, buffers);
-    return Fn<Bf16Input, L>::Run(problem, buffers);
+    if (type == InputType::kF32)
+      return Fn<F32Input, L>::Run(problem, buffers, parallel);
+    if (type == InputType::kF16)
+      return Fn<F16Input, L>::Run(problem, buffers, parallel);
+    return Fn<Bf16Input, L>::Run(problem, buffers, parallel);
   }
 #endif
   using L = nvfp4_loops::GenericLoops;
-  if (type == InputType::kF32) return Fn<F32Input, L>::Run(problem, buffers);
-  if (type == InputType::kF16) return Fn<F16Input, L>::Run(problem, buffers);
-  return Fn<Bf16Input, L>::Run(problem, buffers);
+  if (type == InputType::kF32)
+    return Fn<F32Input, L>::Run(problem, buffers, parallel);
+  if (type == InputType::kF16)
+    return Fn<F16Input, L>::Run(problem, buffers, parallel);
+  return Fn<Bf16Input, L>::Run(problem, buffers, parallel);
 }
 
 template <typename Input, typename Loops>
 struct QuantizeFn {
-  static void Run(const Nvfp4QuantizeProblem& p,
-                  const Nvfp4QuantizeBuffers& b) {
-    QuantizeAll<Input, Loops>(p, b);
+  static void Run(const Nvfp4QuantizeProblem& p, const Nvfp4QuantizeBuffers& b,
+                  const ParallelFor& parallel) {
+    QuantizeAll<Input, Loops>(p, b, parallel);
   }
 };
 
 template <typename Input, typename Loops>
 struct AmaxFn {
-  static void Run(const Nvfp4AmaxProblem& p, const Nvfp4AmaxBuffers& b) {
-    AmaxAll<Input, Loops>(p, b);
+  static void Run(const Nvfp4AmaxProblem& p, const Nvfp4AmaxBuffers& b,
+                  const ParallelFor& parallel) {
+    AmaxAll<Input, Loops>(p, b, parallel);
   }
 };
 
 }  // namespace
 
-void Nvfp4Amax(const Nvfp4AmaxProblem& problem,
-               const Nvfp4AmaxBuffers& buffers) {
-  Dispatch<AmaxFn>(problem, buffers);
+void Nvfp4Amax(const Nvfp4AmaxProblem& problem, const Nvfp4AmaxBuffers& buffers,
+               const ParallelFor& parallel) {
+  Dispatch<AmaxFn>(problem, buffers, parallel);
 }
 
 void Nvfp4Quantize(const Nvfp4QuantizeProblem& problem,
-                   const Nvfp4QuantizeBuffers& buffers) {
-  Dispatch<QuantizeFn>(problem, buffers);
+                   const Nvfp4QuantizeBuffers& buffers,
+                   const ParallelFor& parallel) {
+  Dispatch<QuantizeFn>(problem, buffers, parallel);
 }
 
 }  // namespace eqx_quant::cpu

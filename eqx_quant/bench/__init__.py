@@ -67,6 +67,10 @@ fuses nor overlaps them); the figure is the median over the calls of (time / R).
 TE's anchors were measured (back-to-back calls in a CUDA graph replay); the
 bracket of one op adds the cost of its two event records (~1-3 us).
 
+On a CPU the header also gives the thread count the CPU kernels split their work over: the
+size of XLA's intra-op thread pool, read through the `CpuThreads` FFI handler of
+`_kernels_cpu.so` (`eqx_quant/bench/_threads.py`), next to the cores available to the process.
+
 Fallback (CPU, or no `_kernels_cuda.so` / an old one without the event target): host wall
 clock. One jitted function applies the op to the K distinct buffers and is dispatched back to
 back many times; the time per op is the wall clock of a batch / (dispatches x K), after a

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _grouped
+from ._threads import cpu_threads, threads_line
 from ._timing import measure, micro, timing_method
 from ._xla import FP8_MAX
 from ._xla import xla as xla_version
@@ -138,6 +139,8 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
         f"eqx_quant kernels: {eqq.library_paths()}"
     )
     log(f"timing: {timing}: {timing_detail}")
+    if jax.default_backend() == "cpu":
+        log(threads_line())
     log(f"copy bandwidth (jitted a[::-1], {copy_bytes / 2**30:.2f} GiB moved): "
         f"{bandwidth / 1e9:.0f} GB/s")
     rows = []
@@ -151,6 +154,7 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
         copy_max_gap_us=copy_measured["max_gap_us"],
         timing=timing,
         timing_detail=timing_detail,
+        cpu_threads=cpu_threads()[0] if jax.default_backend() == "cpu" else None,
         rows=rows,
     )
     header = (
