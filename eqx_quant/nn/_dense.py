@@ -82,7 +82,6 @@ class _Static(NamedTuple):
     n: int  # contracted dims: x's trailing n, and the kernel's leading (or trailing) n
     batch: int  # x's other dims, the leading dims of y and dy
     kernel_last: bool  # the kernel is (N..., K...) (Equinox's (out, in)), not (K..., N...)
-    observe: bool  # quantizers' cotangent: zeros, and the observed amaxes go to `receivers`
     out_shape: tuple[int, ...]  # the kernel's output dims (N...)
     manual: tuple[tuple[str, ...], ...]  # in shard_map: axes x, kernel, bias, state vary over
     shardings: tuple  # Explicit axes: x's, kernel's, the output's, bias' sharding, else None
@@ -138,17 +137,17 @@ def forward_product(static: _Static, cx, ck, bias, out_dtype):
     return y.astype(out_dtype)
 
 
-def _forward(static: _Static, x, kernel, bias, q_arrays, receivers, key):
+def _forward(static: _Static, x, kernel, bias, q_arrays, key):
     qs = eqx.combine(q_arrays, static.quantizers)
     keys = key_for_roles(key, qs)
     cx, ck = quantize_operands(static, x, kernel, qs, keys)
     y = forward_product(static, cx, ck, bias, x.dtype)
-    return y, (cx, ck, q_arrays, receivers, keys["grad"])
+    return y, (cx, ck, q_arrays, keys["grad"])
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _dense_vjp(static: _Static, x, kernel, bias, q_arrays, receivers, key):
-    return _forward(static, x, kernel, bias, q_arrays, receivers, key)[0]
+def _dense_vjp(static: _Static, x, kernel, bias, q_arrays, key):
+    return _forward(static, x, kernel, bias, q_arrays, key)[0]
 
 
 def advance(quantizer, amax):
@@ -204,38 +203,43 @@ def backward_products(static: _Static, cx, ck, qs: DenseQuantizers, grad_key, dy
         dk = gemm(cg, cx, batch_dims, out_dtype=static.kernel_dtype, out_sharding=k_sharding)
     else:
         dk = gemm(cx, cg, batch_dims, out_dtype=static.kernel_dtype, out_sharding=k_sharding)
-    # Inside shard_map: gradients of values every device holds are summed over the axes the
-    # data is split along (JAX's transpose of using them on every device); the amaxes that
-    # advance the state are maxed, so every device's next state is the global one.
-    x_axes, k_axes, b_axes, state_axes = static.manual
-    dx, dk = cotangent_for(dx, x_axes), cotangent_for(dk, k_axes)
-    dbias = cotangent_for(dbias, b_axes)
+    dx, dk, dbias, amaxes = reduce_to_primals(
+        static.manual, (dx, dk, dbias), (cx.amax, ck.amax, cg.amax)
+    )
     if b_sharding is not None and dbias is not None:  # Explicit axes: typed like the bias
         dbias = jax.sharding.reshard(dbias, b_sharding)
-    amaxes = DenseQuantizers(
-        *(cotangent_for(a, state_axes, reduce="max") for a in (cx.amax, ck.amax, cg.amax))
-    )
     return dx, dk, dbias, amaxes, cg
 
 
-def quantizers_cotangent(static: _Static, qs: DenseQuantizers, q_arrays, receivers, amaxes):
-    """(cotangent of the quantizers, cotangent of the receivers): the next state and None, or
-    (in a layer's observe mode) zeros and the observed amaxes."""
-    if static.observe:
-        zeros = jax.tree.map(lambda a: vary_like(jnp.zeros_like(a), varying_axes(a)), q_arrays)
-        return zeros, observed_cotangent(receivers, amaxes)
-    following = DenseQuantizers(
-        *(advance(getattr(qs, r), getattr(amaxes, r)) for r in _ROLES)
-    )
-    return eqx.filter(following, eqx.is_array), None
+def reduce_to_primals(manual, grads, amaxes):
+    """Inside shard_map: the gradients of values every device holds (x, kernel, bias; `manual`
+    gives the axes each varies over, then the state's) summed over the axes the data is split
+    along (JAX's transpose of using them on every device), and the amaxes that advance the
+    state maxed, so that every device's next state is the global one. Returns
+    `(*grads, DenseQuantizers(*amaxes))`."""
+    *grad_axes, state_axes = manual
+    reduced = (cotangent_for(g, axes) for g, axes in zip(grads, grad_axes, strict=True))
+    maxed = DenseQuantizers(*(cotangent_for(a, state_axes, reduce="max") for a in amaxes))
+    return (*reduced, maxed)
+
+
+def state_zeros(q_arrays):
+    """Zero cotangents for the quantizers' arrays, typed like them inside shard_map."""
+    return jax.tree.map(lambda a: vary_like(jnp.zeros_like(a), varying_axes(a)), q_arrays)
+
+
+def next_state(qs: DenseQuantizers, amaxes: DenseQuantizers):
+    """The quantizers' arrays after the amaxes this call observed (their cotangent in `dense`
+    and `grouped_dense`)."""
+    following = DenseQuantizers(*(advance(getattr(qs, r), getattr(amaxes, r)) for r in _ROLES))
+    return eqx.filter(following, eqx.is_array)
 
 
 def _dense_bwd(static: _Static, residuals, dy):
-    cx, ck, q_arrays, receivers, grad_key = residuals
+    cx, ck, q_arrays, grad_key = residuals
     qs = eqx.combine(q_arrays, static.quantizers)
     dx, dk, dbias, amaxes, _ = backward_products(static, cx, ck, qs, grad_key, dy)
-    ct_q, ct_receivers = quantizers_cotangent(static, qs, q_arrays, receivers, amaxes)
-    return dx, dk, dbias, ct_q, ct_receivers, None
+    return dx, dk, dbias, next_state(qs, amaxes), None
 
 
 _dense_vjp.defvjp(_forward, _dense_bwd)
@@ -411,20 +415,20 @@ def dense(
     """
     n, kernel_last = contracted("dense", x, kernel, contracting_dims)
     q_arrays, q_static = eqx.partition(quantizers, eqx.is_array)
-    static = make_static(x, kernel, bias, n, kernel_last, False, q_static, impl, amax_axes,
-                         q_arrays, out_sharding)
-    return _dense_vjp(static, x, kernel, bias, q_arrays, None, key)
+    static = make_static(x, kernel, bias, n, kernel_last, q_static, impl, amax_axes, q_arrays,
+                         out_sharding)
+    return _dense_vjp(static, x, kernel, bias, q_arrays, key)
 
 
-def make_static(x, kernel, bias, n, kernel_last, observe, q_static, impl, amax_axes,
-                state=None, out_sharding=None) -> _Static:
+def make_static(x, kernel, bias, n, kernel_last, q_static, impl, amax_axes, state=None,
+                out_sharding=None) -> _Static:
     bias_dtype = None if bias is None else bias.dtype.name
     manual = tuple(union_axes(v) for v in (x, kernel, bias, state))
     bias_sharding = None if bias is None else explicit_sharding(bias)
     shardings = (explicit_sharding(x), explicit_sharding(kernel), out_sharding, bias_sharding)
     out_shape = kernel.shape[: kernel.ndim - n] if kernel_last else kernel.shape[n:]
     return _Static(
-        n, x.ndim - n, kernel_last, observe, tuple(out_shape), manual, shardings, q_static,
+        n, x.ndim - n, kernel_last, tuple(out_shape), manual, shardings, q_static,
         bias is not None, impl,
         tuple(amax_axes), x.dtype.name, kernel.dtype.name, bias_dtype,
     )

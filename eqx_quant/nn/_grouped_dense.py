@@ -22,12 +22,9 @@ from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 
 from .._core import (
     HighPrecision,
-    cotangent_for,
     explicit_sharding,
     union_axes,
     validated_by,
-    vary_like,
-    varying_axes,
 )
 from .._gemm import grouped_gemm, grouped_wgrad, row_group
 from .._quantize import (
@@ -47,14 +44,16 @@ from .._quantizer import (
 )
 from ._dense import (
     DenseQuantizers,
-    advance,
     check_families,
     check_layer_key,
     check_operand_dtypes,
     check_quantizer_set,
     key_for_roles,
+    next_state,
     observed_cotangent,
+    reduce_to_primals,
     roles_with_sr,
+    state_zeros,
 )
 from ._experts import expert_parallel
 from ._state import check_observed
@@ -121,23 +120,16 @@ def _grouped_dense_bwd(static: _Static, residuals, dy):
     dx = grouped_gemm(gg, wk, rhs_contracting=1, out_dtype=static.x_dtype)
     dk = grouped_wgrad(gx, gg, out_dtype=static.kernel_dtype, check=False)
     # Inside shard_map, as in `dense`: gradients of invariant values summed, amaxes maxed.
-    x_axes, k_axes, b_axes, state_axes = static.manual
-    dx, dk, dbias = (cotangent_for(dx, x_axes), cotangent_for(dk, k_axes),
-                     cotangent_for(dbias, b_axes))
+    dx, dk, dbias, amaxes = reduce_to_primals(
+        static.manual, (dx, dk, dbias), (gx.amax, wk.amax, gg.amax)
+    )
     # On Explicit axes each gradient is typed with its primal's sharding.
     dx, dk, dbias = (v if v is None or sh is None else jax.sharding.reshard(v, sh)
                      for v, sh in zip((dx, dk, dbias), static.shardings))
-    amaxes = DenseQuantizers(
-        *(cotangent_for(a, state_axes, reduce="max") for a in (gx.amax, wk.amax, gg.amax))
-    )
     if static.observe is not None:
-        ct_q = jax.tree.map(lambda a: vary_like(jnp.zeros_like(a), varying_axes(a)), q_arrays)
-        ct_receivers = observed_cotangent(receivers, amaxes)
+        ct_q, ct_receivers = state_zeros(q_arrays), observed_cotangent(receivers, amaxes)
     else:
-        following = DenseQuantizers(
-                *(advance(getattr(qs, r), getattr(amaxes, r)) for r in ("x", "kernel", "grad"))
-        )
-        ct_q, ct_receivers = eqx.filter(following, eqx.is_array), None
+        ct_q, ct_receivers = next_state(qs, amaxes), None
     ct_sizes = np.zeros(group_sizes.shape, jax.dtypes.float0)
     return dx, dk, ct_sizes, dbias, ct_q, ct_receivers, None
 

@@ -18,6 +18,7 @@ from ._dense import (
     make_static,
     observed_cotangent,
     quantize_operands,
+    state_zeros,
 )
 from ._folded import folded
 from ._layer import (
@@ -102,8 +103,7 @@ def _linear_op(static, layer_name: str):
         x, weight, q_arrays, receivers, probe, key = residuals
         dx, dw, db, ct_receivers, ct_probe = grads_f(x, weight, q_arrays, receivers, probe, key,
                                                      dy)
-        ct_q = jax.tree.map(jnp.zeros_like, q_arrays)
-        return dx, dw, db, ct_q, ct_receivers, ct_probe, None
+        return dx, dw, db, state_zeros(q_arrays), ct_receivers, ct_probe, None
 
     op.defvjp(op_fwd, op_bwd)
     return op
@@ -210,8 +210,7 @@ class Linear(AbstractQuantizedLayer):
         stand_in = jax.ShapeDtypeStruct((16, self.in_features), x.dtype)
         check_dense(stand_in, self.weight, self.bias, qs, ((-1,), (-1,)), key, (), "auto")
         q_arrays, q_static = eqx.partition(qs, eqx.is_array)
-        static = make_static(stand_in, self.weight, self.bias, 1, True, True, q_static, "auto",
-                             ())
+        static = make_static(stand_in, self.weight, self.bias, 1, True, q_static, "auto", ())
         # Inside shard_map: the manual axes of the real operands (the stand-in has none).
         static = static._replace(
             manual=tuple(union_axes(v) for v in (x, self.weight, self.bias, q_arrays))
