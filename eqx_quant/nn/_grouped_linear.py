@@ -92,7 +92,6 @@ class GroupedLinear(AbstractQuantizedLayer):
         key: PRNGKeyArray | None = None,
         expert_axis: str | None = None,
     ) -> Array:
-        key = layer_key("eqx_quant.nn.GroupedLinear", self, key)
         if self.recipe is None and expert_axis is not None:
             raise ValueError(
                 "eqx_quant.nn.GroupedLinear: expert_axis needs a recipe (the unquantized layer "
@@ -101,6 +100,7 @@ class GroupedLinear(AbstractQuantizedLayer):
         if self.recipe is None:
             return self._plain(x, group_sizes)
         qs = layer_quantizers(self, self.num_groups)
+        key = layer_key("eqx_quant.nn.GroupedLinear", qs, key)
         check_grouped_dense(x, self.weight, group_sizes, self.bias, qs, key, True, "auto",
                             expert_axis)
         return grouped_dense_call(

@@ -67,13 +67,10 @@ def receivers_of(state: ScalingState | None) -> DenseQuantizers:
     )
 
 
-def layer_key(name: str, layer: AbstractQuantizedLayer, key):
-    """The key the layer's quantizers use: `key` where one rounds stochastically (then it is
-    required), else None. Like `eqx.nn.Linear`, a layer takes a key it does not need, so that
-    model code can pass keys whatever the recipe."""
-    if layer.recipe is None:
-        return None
-    qs = layer_quantizers(layer, getattr(layer, "num_groups", None))
+def layer_key(name: str, qs: DenseQuantizers, key):
+    """The key a layer's quantizers `qs` use: `key` where one rounds stochastically (then it
+    is required), else None. Like `eqx.nn.Linear`, a layer takes a key it does not need, so
+    that model code can pass keys whatever the recipe."""
     if not roles_with_sr(qs):
         return None
     if key is not None and not isinstance(key, jax.Array):

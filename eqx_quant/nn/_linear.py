@@ -199,13 +199,13 @@ class Linear(AbstractQuantizedLayer):
         """`x @ weight.T + bias` for `x` of shape `(*batch, in_features)`."""
         name = "eqx_quant.nn.Linear"
         check_layer_input(name, x, self.in_features)
-        key = layer_key(name, self, key)
         if self.recipe is None:
             y = x @ self.weight.T.astype(x.dtype)
             if self.bias is None:
                 return y
             return y + self.bias.astype(y.dtype).reshape((1,) * (y.ndim - 1) + (-1,))
         qs = layer_quantizers(self, None)
+        key = layer_key(name, qs, key)
         # The checks see a stand-in of row count 16: any batch works (see row_multiple).
         stand_in = jax.ShapeDtypeStruct((16, self.in_features), x.dtype)
         check_dense(stand_in, self.weight, self.bias, qs, ((-1,), (-1,)), key, (), "auto")
