@@ -7,3 +7,4 @@ from ._grouped import grouped_gemm as grouped_gemm
 from ._operands import check_modes as check_modes
 from ._ragged import row_group as row_group
 from ._wgrad import grouped_wgrad as grouped_wgrad
+from ._ragged import grouped_rows as grouped_rows

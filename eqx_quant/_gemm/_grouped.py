@@ -42,7 +42,14 @@ from ._operands import (
     product_factor,
     stored_position,
 )
-from ._ragged import group_counts, outer_per_group, row_group, rows_times_groups
+from ._ragged import (
+    group_counts,
+    grouped_rows,
+    kernel_fits,
+    outer_per_group,
+    row_group,
+    rows_times_groups,
+)
 
 
 class _Spec(NamedTuple):
@@ -181,9 +188,35 @@ def _times_group_factor(y, group_sizes, per_group):
     return y * per_group[g][:, None]
 
 
+def _group_alpha(lhs_arrays, rhs_arrays, spec: _Spec):
+    """Each group's product factor (FP8 scale_inv products, NVFP4 global scales), or None."""
+    lf = product_factor(spec.lhs.scaling_mode, lhs_arrays)
+    rf = product_factor(spec.rhs.scaling_mode, rhs_arrays)
+    return None if lf is None else lf * rf[:, 0]
+
+
+def _on_kernel(lhs_arrays, rhs_arrays, spec: _Spec):
+    """The forward product through the grouped GEMM op: FP8 payloads (each expert's weight
+    made K-contiguous: the colwise copy is, a rowwise one is transposed here) or exact
+    bfloat16 values, the group factors in its epilogue."""
+    counts = group_counts(lhs_arrays[3], spec.lhs.original_shape[0])
+    alpha = _group_alpha(lhs_arrays, rhs_arrays, spec)
+    if spec.on_payloads:
+        a, b = lhs_arrays[0], rhs_arrays[0]
+        b = b if spec.rhs_transposed else jnp.swapaxes(b, 1, 2)
+        return grouped_rows(a, b, counts, alpha, transposed=True, out_dtype=spec.out_dtype)
+    a, b = _bf16_values(lhs_arrays, rhs_arrays, spec)
+    return grouped_rows(a, b, counts, alpha, transposed=spec.rhs_transposed,
+                        out_dtype=spec.out_dtype)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
     group_sizes = lhs_arrays[3]
+    b_shape = rhs_arrays[0].shape  # (G, N, K) stored transposed, else (G, K, N)
+    k, n = spec.lhs.original_shape[1], b_shape[1] if spec.rhs_transposed else b_shape[2]
+    if (spec.on_payloads or spec.in_bf16) and kernel_fits((k, n), *lhs_arrays, *rhs_arrays):
+        return _on_kernel(lhs_arrays, rhs_arrays, spec)
     if spec.on_payloads or spec.in_bf16:
         if spec.on_payloads:
             y = fp8_product(functools.partial(_ragged, spec=spec, precision=None))(

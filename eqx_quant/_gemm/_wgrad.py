@@ -31,7 +31,13 @@ from .._tensor import (
 )
 from ._grouped import bf16_rows, check_token_matrix_part, part_cotangent
 from ._operands import check_modes, fp8_product, out_dtype_name, product_factor
-from ._ragged import group_counts, outer_per_group, rows_times_groups
+from ._ragged import (
+    group_counts,
+    grouped_outer,
+    kernel_fits,
+    outer_per_group,
+    rows_times_groups,
+)
 
 
 class _Spec(NamedTuple):
@@ -92,6 +98,9 @@ def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
         group_sizes = checked(group_sizes, jnp.any(group_sizes != dy_arrays[3]), message)
     rows = spec.x.original_shape[0]
     counts = group_counts(group_sizes, rows)
+    (_, k), (_, n) = spec.x.original_shape, spec.dy.original_shape
+    if kernel_fits((k, n), *x_arrays, *dy_arrays):
+        return _on_kernel(x_arrays, dy_arrays, counts, spec)
     if spec.on_payloads:
         a = rows_view(x_arrays[0], locate_rows(group_sizes, spec.x), spec.x)
         c = rows_view(dy_arrays[0], locate_rows(group_sizes, spec.dy), spec.dy)
@@ -104,6 +113,28 @@ def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
     if xf is not None:
         out = out * (xf * gf)[:, None, None]
     return out.astype(spec.out_dtype)
+
+
+def _on_kernel(x_arrays, dy_arrays, counts, spec: _Spec):
+    """The product through the grouped GEMM op: FP8 colwise copies as stored (each group's
+    transposed block is K-contiguous), other FP8 copies as exact bfloat16 rows, block formats
+    as exact bfloat16 rows; the group factors in its epilogue."""
+    (_, k), (_, n) = spec.x.original_shape, spec.dy.original_shape
+    xf = product_factor(spec.x.scaling_mode, x_arrays)
+    gf = product_factor(spec.dy.scaling_mode, dy_arrays)
+    alpha = None if xf is None else xf * gf
+    common = dict(k=k, n=n, out_dtype=spec.out_dtype)
+    if spec.on_payloads and spec.x.data_layout == spec.dy.data_layout == "T":
+        a, c = x_arrays[0].reshape(-1), dy_arrays[0].reshape(-1)
+        return grouped_outer(a, c, counts, alpha, transposed=True, **common)
+    if spec.on_payloads:
+        group_sizes = x_arrays[3]
+        a = rows_view(x_arrays[0], locate_rows(group_sizes, spec.x), spec.x)
+        c = rows_view(dy_arrays[0], locate_rows(group_sizes, spec.dy), spec.dy)
+        a, c = a.astype(jnp.bfloat16), c.astype(jnp.bfloat16)
+    else:
+        a, c = bf16_rows(x_arrays, spec.x), bf16_rows(dy_arrays, spec.dy)
+    return grouped_outer(a, c, counts, alpha, transposed=False, **common)
 
 
 def _grouped_wgrad_fwd(x_arrays, dy_arrays, spec):

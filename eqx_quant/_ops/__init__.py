@@ -53,3 +53,9 @@ from .nvfp4_quantize import (
 from .nvfp4_quantize import (
     nvfp4_quantize_op as nvfp4_quantize_op,
 )
+from .grouped_gemm import (
+    GroupedGemmParams as GroupedGemmParams,
+)
+from .grouped_gemm import (
+    grouped_gemm_op as grouped_gemm_op,
+)

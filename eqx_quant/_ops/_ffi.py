@@ -23,6 +23,7 @@ KERNEL_OPS = (
     "grouped_mxfp8_quantize",
     "grouped_nvfp4_quantize",
     "grouped_dbias",
+    "grouped_gemm",  # CUDA only, when built with CUTLASS
 )
 
 _LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}

@@ -100,6 +100,8 @@ class OpSpec:
     - `partition(params, mesh, arg_infos, result_infos) -> (local_fn, result_specs, arg_specs)`:
       `local_fn(bind_inner, *local_args)` computes the local result (and any collectives).
     - `unsharded(params, bind_inner, *args)`: the same on one device (no collectives).
+    - `kernel_platforms`: the platforms with a compiled kernel; elsewhere the inner
+      primitive lowers to the reference (the grouped GEMM is XLA's `ragged_dot` on CPU).
     """
 
     name: str
@@ -110,6 +112,7 @@ class OpSpec:
     sharding_rule: Callable[..., str]
     partition: Callable[..., tuple]
     unsharded: Callable[..., tuple]
+    kernel_platforms: tuple[str, ...] = ("cpu", "cuda")
 
 
 class Op:
@@ -175,7 +178,7 @@ class Op:
         target = f"eqx_quant_{spec.name}_{platform}"
 
         def rule(ctx, *args, params):
-            if params.impl == "reference":
+            if params.impl == "reference" or platform not in spec.kernel_platforms:
                 return reference_rule(ctx, *args, params=params)
             _ffi.require_kernels(platform, spec.name)
             lowering = jax.ffi.ffi_lowering(target)

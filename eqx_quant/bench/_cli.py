@@ -5,7 +5,13 @@ import json
 import sys
 
 from . import __doc__ as _DESCRIPTION
-from ._gemm import DEFAULT_GEMM_SIZES, GEMM_OPS, parse_gemm_size, run_gemm_benchmark
+from ._gemm import (
+    DEFAULT_GEMM_GROUPS,
+    DEFAULT_GEMM_SIZES,
+    GEMM_OPS,
+    parse_gemm_size,
+    run_gemm_benchmark,
+)
 from ._quantize import DEFAULT_SIZES, OPS, parse_size, run_benchmark
 from ._timing import EVENT_OPS_PER_CALL
 
@@ -26,6 +32,9 @@ def main(argv=None) -> int:
     parser.add_argument("--gemm-sizes", nargs="+", default=list(DEFAULT_GEMM_SIZES), type=str,
                         help="with --gemms: N (M = K = N) or MxKxN (default: %(default)s)")
     parser.add_argument("--gemm-ops", nargs="+", default=list(GEMM_OPS), choices=GEMM_OPS)
+    parser.add_argument("--gemm-groups", nargs="+", default=list(DEFAULT_GEMM_GROUPS),
+                        help="with --gemms: the grouped ops' groups, G (even) or zipfG "
+                        "(skewed) (default: %(default)s)")
     parser.add_argument("--json", help="write the results to this file (rewritten after every "
                         "row, with \"complete\": false until the run ends)")
     args = parser.parse_args(argv)
@@ -42,7 +51,7 @@ def main(argv=None) -> int:
     if args.gemms:
         gemm_sizes = [parse_gemm_size(s) for s in args.gemm_sizes]
         result = run_gemm_benchmark(gemm_sizes, max(1, args.reps), tuple(args.gemm_ops),
-                                    on_row=on_row)
+                                    on_row=on_row, groups=tuple(args.gemm_groups))
     else:
         result = run_benchmark(sizes, max(1, args.reps), tuple(args.ops), on_row=on_row)
     if args.json:

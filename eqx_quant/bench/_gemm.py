@@ -14,22 +14,29 @@ The ops, at (M, K, N) (x is M x K, the weights K x N; the grouped ops split the 
 - `mxfp8_gemm`, `nvfp4_gemm`: `eqx_quant.gemm` of MXFP8 / NVFP4 operands (Hopper has no
   block-scaled MMA: their exact bfloat16 values in a bf16 GEMM); against `x @ w` in bf16.
 - `fp8_grouped_gemm`, `mxfp8_grouped_gemm`: `eqx_quant.grouped_gemm` of grouped-quantized
-  tokens and per-expert quantized weights (`jax.lax.ragged_dot`); against
-  `jax.lax.ragged_dot` in bf16.
+  tokens and per-expert quantized weights (the CUTLASS grouped GEMM on CUDA; the weights'
+  colwise copies, K-contiguous); against `jax.lax.ragged_dot` in bf16.
+- `bf16_grouped_gemm`: the same grouped GEMM op on bfloat16 tokens and (G, K, N) weights;
+  against `jax.lax.ragged_dot` in bf16.
+
+The grouped ops run once per `--gemm-groups` entry: `G` (M split evenly into G groups) or
+`zipfG` (group g of G gets rows in proportion to 1 / (g + 1), a skewed router).
 
 TFLOP/s count 2 M K N per GEMM. Inputs rotate over 3 buffers of x (the weights are shared).
 """
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _grouped
 from ._timing import measure, micro, timing_method
 
 GEMM_OPS = (
     "fp8_gemm", "fp8_dense_step", "mxfp8_gemm", "nvfp4_gemm", "fp8_grouped_gemm",
-    "mxfp8_grouped_gemm",
+    "mxfp8_grouped_gemm", "bf16_grouped_gemm",
 )
+DEFAULT_GEMM_GROUPS = ("8",)
 DEFAULT_GEMM_SIZES = ("4096", "8192", "16384x4096x4096")
 GROUPS = 8
 _COPIES = 3  # distinct x buffers the timed calls rotate over
@@ -93,28 +100,50 @@ def _dense_case(m: int, k: int, n: int, key) -> tuple:
     return ours, xs, (w, dy), step(_bf16_dot), xs, (w, dy), 6
 
 
-def _grouped_case(quantizer, m: int, k: int, n: int, key) -> tuple:
+def grouped_sizes(m: int, groups: str) -> np.ndarray:
+    """The group sizes of a `--gemm-groups` entry: "G" (even) or "zipfG" (1 / (g + 1))."""
+    zipf = groups.startswith("zipf")
+    g = int(groups[4:] if zipf else groups)
+    if g <= 0:
+        raise ValueError(f"--gemm-groups: expected G or zipfG with G > 0, got {groups!r}")
+    weights = 1.0 / np.arange(1, g + 1) if zipf else np.ones(g)
+    sizes = np.floor(m * weights / weights.sum()).astype(np.int64)
+    sizes[0] += m - sizes.sum()
+    return sizes.astype(np.int32)
+
+
+def _grouped_case(make_quantizer, m: int, k: int, n: int, key, groups: str) -> tuple:
     """`eqx_quant.grouped_gemm` of grouped tokens and per-expert weights quantized
-    beforehand, and bf16 `ragged_dot`."""
+    beforehand (None: the grouped GEMM op on bf16 operands), and bf16 `ragged_dot`."""
     import eqx_quant as eqq
+    from eqx_quant._gemm import grouped_rows
 
     keys = jax.random.split(key, _COPIES + 1)
-    sizes = jnp.asarray(_grouped.group_sizes(m), jnp.int32)
+    sizes = jnp.asarray(grouped_sizes(m, groups), jnp.int32)
+    g = sizes.shape[0]
     xs = [_normal(keys[i], (m, k)) for i in range(_COPIES)]
-    w = _normal(keys[-1], (GROUPS, k, n), k**-0.5)
-    ours_xs = [eqq.grouped_quantize(x, sizes, quantizer) for x in xs]
-    wt = jax.vmap(lambda wi: eqq.quantize(wi, quantizer))(w)
-
-    def ours(gx, wt):
-        return eqq.grouped_gemm(gx, wt, out_dtype=jnp.bfloat16)
+    w = _normal(keys[-1], (g, k, n), k**-0.5)
 
     def xla(x, w, sizes):
         return jax.lax.ragged_dot(x, w, sizes)
 
+    if make_quantizer is None:
+        def bf16(x, w, sizes):
+            return grouped_rows(x, w, sizes, transposed=False, out_dtype="bfloat16")
+
+        return bf16, xs, (w, sizes), xla, xs, (w, sizes), 2
+
+    ours_xs = [eqq.grouped_quantize(x, sizes, make_quantizer()) for x in xs]
+    weight_q = make_quantizer(q_layout=eqq.QuantizeLayout.ROWWISE_COLWISE)
+    wt = jax.vmap(lambda wi: eqq.quantize(wi, weight_q))(w)
+
+    def ours(gx, wt):
+        return eqq.grouped_gemm(gx, wt, out_dtype=jnp.bfloat16)
+
     return ours, ours_xs, (wt,), xla, xs, (w, sizes), 2
 
 
-def gemm_case(op: str, m: int, k: int, n: int) -> tuple:
+def gemm_case(op: str, m: int, k: int, n: int, groups: str = "8") -> tuple:
     """(ours, ours' rotated inputs, ours' shared inputs, the bf16 version, its rotated inputs,
     its shared inputs, FLOPs per (M K N))."""
     import eqx_quant as eqq
@@ -129,9 +158,11 @@ def gemm_case(op: str, m: int, k: int, n: int) -> tuple:
     if op == "nvfp4_gemm":
         return _gemm_case(eqq.NVFP4Quantizer(), m, k, n, key)
     if op == "fp8_grouped_gemm":
-        return _grouped_case(eqq.CurrentScaleQuantizer(), m, k, n, key)
+        return _grouped_case(eqq.CurrentScaleQuantizer, m, k, n, key, groups)
     if op == "mxfp8_grouped_gemm":
-        return _grouped_case(eqq.BlockScaleQuantizer(), m, k, n, key)
+        return _grouped_case(eqq.BlockScaleQuantizer, m, k, n, key, groups)
+    if op == "bf16_grouped_gemm":
+        return _grouped_case(None, m, k, n, key, groups)
     raise ValueError(f"op must be one of {GEMM_OPS}, got {op!r}")
 
 
@@ -143,7 +174,8 @@ def _applies(op: str, m: int, k: int, n: int) -> str | None:
     return None
 
 
-def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None) -> dict:
+def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None,
+                       groups=DEFAULT_GEMM_GROUPS) -> dict:
     """The GEMM table of `python -m eqx_quant.bench --gemms`: the result dict (`gemm_rows`,
     the device and the timing method); `on_row`, if given, is called with the result so far
     after every row."""
@@ -159,24 +191,27 @@ def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None) -
                   jax=jax.__version__, timing=timing, timing_detail=timing_detail,
                   gemm_rows=rows)
     header = (
-        f"{'op':<20} {'M x K x N':>17} {'ours us':>9} {'b2b':>8} {'TFLOP/s':>8} "
+        f"{'op':<24} {'M x K x N':>17} {'ours us':>9} {'b2b':>8} {'TFLOP/s':>8} "
         f"{'bf16 us':>9} {'b2b':>8} {'TFLOP/s':>8} {'speedup':>7}"
     )
     log(header)
     log("-" * len(header))
-    for m, k, n in sizes:
-        for op in ops:
+    cases = [(m, k, n, op, g) for m, k, n in sizes for op in ops
+             for g in (groups if "grouped" in op else (None,))]
+    for m, k, n, op, g in cases:
             shape = f"{m}x{k}x{n}"
+            label = op if g is None else f"{op}@{g}"
             why_not = _applies(op, m, k, n)
             if why_not is not None:
-                log(f"{op:<20} {shape:>17} skipped: {why_not}")
+                log(f"{label:<24} {shape:>17} skipped: {why_not}")
                 continue
-            ours, ours_xs, ours_shared, xla, xla_xs, xla_shared, flops = gemm_case(op, m, k, n)
+            ours, ours_xs, ours_shared, xla, xla_xs, xla_shared, flops = gemm_case(
+                op, m, k, n, g or "8")
             ours_measured = measure(ours, ours_xs, ours_shared, reps)
             xla_measured = measure(xla, xla_xs, xla_shared, reps)
             work = flops * float(m) * k * n
             row = dict(
-                op=op, shape=[m, k, n], flops=work,
+                op=op, groups=g, shape=[m, k, n], flops=work,
                 ours_us=ours_measured["seconds"] * 1e6,
                 ours_b2b_us=micro(ours_measured["b2b_seconds"]),
                 ours_tflops=work / ours_measured["seconds"] / 1e12,
@@ -188,7 +223,7 @@ def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None) -
             )
             rows.append(row)
             log(
-                f"{op:<20} {shape:>17} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
+                f"{label:<24} {shape:>17} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
                 f"{row['ours_tflops']:8.1f} {row['xla_us']:9.1f} {_cell(row['xla_b2b_us'])} "
                 f"{row['xla_tflops']:8.1f} {row['speedup']:7.2f}"
             )

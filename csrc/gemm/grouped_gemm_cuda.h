@@ -1,0 +1,79 @@
+// The grouped (MoE) GEMM on Hopper tensor cores (docs/gemm.md, "Grouped GEMM
+// kernel"): CUTLASS's pointer-array grouped GEMM (TMA, warp-specialized,
+// float32 accumulation), its per-group shapes, pointers and strides filled on
+// the device from the device-side group counts, so the host never waits.
+//
+// Two products, the two an MoE layer needs:
+//   kRows   out (M, N): rows [start_g, start_g + count_g) of a (M, K) times
+//           b[g] (K x N); rows before the first group (first_row) and past
+//           the last are 0 (forward and input gradient).
+//   kWgrad  out (G, K, N): a_g^T c_g over the rows of group g of a (M, K) and
+//           c (M, N) (c is passed as `b`); 0 for a group of no rows (weight
+//           gradient).
+// Each group's result is multiplied by alpha[g] when alpha is given (the
+// product of the operands' per-group FP8 scale_inv).
+//
+// Included by .cu files only; free of XLA types.
+
+#ifndef EQX_QUANT_CSRC_GEMM_GROUPED_GEMM_CUDA_H_
+#define EQX_QUANT_CSRC_GEMM_GROUPED_GEMM_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace eqx_quant::cuda {
+
+enum class GemmElement : int { kBf16 = 0, kE4m3 = 1, kE5m2 = 2, kF32 = 3 };
+
+enum class GroupedGemmKind : int { kRows = 0, kWgrad = 1 };
+
+struct GroupedGemmProblem {
+  GroupedGemmKind kind = GroupedGemmKind::kRows;
+  int64_t m = 0;  // token rows of a (and of c for kWgrad)
+  int64_t k = 0;
+  int64_t n = 0;
+  int64_t groups = 0;
+  GemmElement a_type = GemmElement::kBf16;
+  GemmElement b_type = GemmElement::kBf16;
+  GemmElement out_type = GemmElement::kBf16;
+  // kRows: b is stored (G, N, K) (K contiguous) rather than (G, K, N).
+  // kWgrad: a and c are stored per group transposed, as grouped_quantize's
+  // colwise copies (group g's (K, count_g) block at K * start_g), rather than
+  // as (M, K) and (M, N) rows.
+  bool transposed = false;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const int32_t* counts = nullptr;  // (G,), each >= 0, summing to at most m
+  // The first row of group 0 (device scalar; null: 0). A partition of the
+  // op runs one device's groups or rows by it (eqx_quant/_ops/grouped_gemm.py).
+  const int32_t* first_row = nullptr;
+  const float* alpha = nullptr;     // (G,) or null (1)
+  void* out = nullptr;
+};
+
+// Device memory for one call, handed out by the caller (XLA's scratch
+// allocator); null when it cannot.
+struct DeviceScratch {
+  void* (*allocate)(void* context, size_t bytes);
+  void* context;
+};
+
+struct GroupedGemmStatus {
+  bool ok = true;
+  int cuda_error = 0;  // cudaError_t of the failing call, 0 if none
+  const char* what = "";
+};
+
+// Whether a kernel was built for this problem's element types and layouts
+// (the FFI handler's check; the Python side never asks for anything else).
+bool GroupedGemmSupported(const GroupedGemmProblem& problem);
+
+// Enqueues the GEMM on `stream`.
+GroupedGemmStatus GroupedGemm(const GroupedGemmProblem& problem,
+                              DeviceScratch scratch, cudaStream_t stream);
+
+}  // namespace eqx_quant::cuda
+
+#endif  // EQX_QUANT_CSRC_GEMM_GROUPED_GEMM_CUDA_H_

@@ -1,0 +1,145 @@
+"""The CUTLASS grouped GEMM (csrc/gemm) on the GPU: `grouped_gemm`, `grouped_wgrad` and
+`grouped_dense` run the `eqx_quant_grouped_gemm_cuda` custom call when K and N fit it, and
+give each group's product of the oracle's values (float64) within the float32-sum bound;
+rows of no group and groups of no rows are exactly 0. Group sizes off every 16-row boundary
+send the FP8 weight gradient through its repacked copies.
+
+Runs only where a CUDA device and eqx_quant's CUDA library (built with CUTLASS) are present.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_quant as eqq
+from tests.support.cases import random_input
+from tests.support.cuda import CUDA, requires_cuda
+from tests.support.gemm import assert_product, assert_same_sums, oracle_values
+
+pytestmark = requires_cuda()
+
+M, K, N = 512, 128, 64
+SIZES = [100, 0, 203, 77]  # off 16-row boundaries, an empty group, 132 rows past the sum
+ALIGNED = [96, 0, 208, 64]
+G = len(SIZES)
+ROWCOL = eqq.QuantizeLayout.ROWWISE_COLWISE
+
+RECIPES = {
+    "current": (
+        lambda: eqq.CurrentScaleQuantizer(q_layout=ROWCOL),
+        lambda: eqq.CurrentScaleQuantizer(q_layout=ROWCOL),
+        lambda: eqq.CurrentScaleQuantizer(q_dtype=jnp.float8_e5m2, q_layout=ROWCOL),
+    ),
+    "mxfp8": (
+        lambda: eqq.BlockScaleQuantizer(q_layout=ROWCOL),
+        lambda: eqq.BlockScaleQuantizer(q_layout=ROWCOL),
+        lambda: eqq.BlockScaleQuantizer(q_dtype=jnp.float8_e5m2, q_layout=ROWCOL),
+    ),
+    "nvfp4": (
+        lambda: eqq.NVFP4Quantizer(q_layout=ROWCOL),
+        lambda: eqq.NVFP4Quantizer(q_layout=ROWCOL, use_2d=True),
+        lambda: eqq.NVFP4Quantizer(q_layout=ROWCOL),
+    ),
+}
+
+
+def _on_gpu(x):
+    return jax.device_put(x, CUDA)
+
+
+def _custom_calls(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def _expert(part, g):
+    return jax.tree.map(lambda a: a[g], part)
+
+
+@pytest.mark.parametrize("sizes", [SIZES, ALIGNED], ids=["ragged", "aligned"])
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32], ids=str)
+def test_cuda_grouped_gemm_forward(recipe, sizes, out_dtype):
+    qx, qw, _ = (make() for make in RECIPES[recipe])
+    x = _on_gpu(jnp.asarray(random_input((M, K), jnp.bfloat16, seed=1)))
+    w = _on_gpu(jnp.asarray(random_input((G, K, N), jnp.bfloat16, seed=2, scale=0.2)))
+    s = _on_gpu(jnp.asarray(sizes, jnp.int32))
+    gt = eqq.grouped_quantize(x, s, qx, check=False)
+    wt = jax.vmap(lambda wi: eqq.quantize(wi, qw))(w)
+    f = lambda gt, wt: eqq.grouped_gemm(gt, wt, out_dtype=out_dtype)  # noqa: E731
+    assert "eqx_quant_grouped_gemm_cuda" in _custom_calls(f, gt, wt)
+    y = jax.jit(f)(gt, wt)
+    start = 0
+    for g, count in enumerate(sizes):
+        if count:
+            a = oracle_values(gt.rowwise.group_part(g))
+            b = oracle_values(_expert(wt.colwise, g))
+            assert_product(y[start:start + count], a, b, ((1,), (0,)), f"{recipe} g={g}")
+        start += count
+    np.testing.assert_array_equal(np.asarray(y[start:].astype(jnp.float32)), 0.0)
+
+
+@pytest.mark.parametrize("sizes", [SIZES, ALIGNED], ids=["ragged", "aligned"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_cuda_grouped_wgrad(recipe, sizes):
+    qx, _, qg = (make() for make in RECIPES[recipe])
+    x = _on_gpu(jnp.asarray(random_input((M, K), jnp.bfloat16, seed=3)))
+    dy = _on_gpu(jnp.asarray(random_input((M, N), jnp.bfloat16, seed=4)))
+    s = _on_gpu(jnp.asarray(sizes, jnp.int32))
+    gx = eqq.grouped_quantize(x, s, qx, check=False)
+    gd = eqq.grouped_quantize(dy, s, qg, check=False)
+    f = lambda gx, gd: eqq.grouped_wgrad(gx, gd, out_dtype=jnp.float32, check=False)  # noqa: E731
+    assert "eqx_quant_grouped_gemm_cuda" in _custom_calls(f, gx, gd)
+    out = jax.jit(f)(gx, gd)
+    assert out.shape == (G, K, N)
+    for g, count in enumerate(sizes):
+        if count:
+            part = (lambda t: t.colwise if t.colwise is not None else t.rowwise)
+            a = oracle_values(part(gx).group_part(g))
+            c = oracle_values(part(gd).group_part(g))
+            assert_product(out[g], a, c, ((0,), (0,)), f"{recipe} g={g}")
+        else:
+            np.testing.assert_array_equal(np.asarray(out[g]), 0.0)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_cuda_grouped_dense_forward_and_backward(recipe):
+    # The whole layer (forward, input and weight gradients on the kernel) near the bf16
+    # layer's values: within the formats' quantization error, never garbage.
+    qs = eqq.DenseQuantizers(*(make() for make in RECIPES[recipe]))
+    x = _on_gpu(jnp.asarray(random_input((M, K), jnp.bfloat16, seed=5)))
+    w = _on_gpu(jnp.asarray(random_input((G, K, N), jnp.bfloat16, seed=6, scale=0.2)))
+    s = _on_gpu(jnp.asarray(SIZES, jnp.int32))
+    c = _on_gpu(jnp.asarray(random_input((M, N), jnp.float32, seed=9)))
+
+    def loss(x, w, quantized):
+        if quantized:
+            y = eqq.grouped_dense(x, w, s, quantizers=qs, check=False)
+        else:
+            y = jax.lax.ragged_dot(x, w, s, preferred_element_type=jnp.float32)
+        return jnp.sum(y.astype(jnp.float32) * c)
+
+    step = lambda q: jax.jit(jax.grad(lambda x, w: loss(x, w, q), argnums=(0, 1)))  # noqa: E731
+    assert "eqx_quant_grouped_gemm_cuda" in _custom_calls(
+        jax.grad(lambda x, w: loss(x, w, True), argnums=(0, 1)), x, w)
+    got, want = step(True)(x, w), step(False)(x, w)
+    tol = {"current": 0.08, "mxfp8": 0.08, "nvfp4": 0.4}[recipe]
+    for g, r in zip(got, want):
+        g, r = (np.asarray(v.astype(jnp.float32), np.float64) for v in (g, r))
+        assert np.all(np.isfinite(g))
+        assert np.abs(g - r).max() <= tol * np.abs(r).max(), (recipe, np.abs(g - r).max())
+
+
+def test_cuda_grouped_gemm_vmap_folds():
+    qx, qw, _ = (make() for make in RECIPES["current"])
+    x = jnp.asarray(random_input((2, M, K), jnp.bfloat16, seed=7))
+    w = _on_gpu(jnp.asarray(random_input((G, K, N), jnp.bfloat16, seed=8, scale=0.2)))
+    sizes = jnp.asarray([SIZES, SIZES[::-1]], jnp.int32)
+    wt = jax.vmap(lambda wi: eqq.quantize(wi, qw))(w)
+
+    def one(xi, si):
+        return eqq.grouped_gemm(eqq.grouped_quantize(xi, si, qx, check=False), wt,
+                                out_dtype=jnp.float32)
+
+    loop = np.stack([np.asarray(one(_on_gpu(x[i]), _on_gpu(sizes[i]))) for i in range(2)])
+    assert_same_sums(jax.jit(jax.vmap(one))(_on_gpu(x), _on_gpu(sizes)), loop, "vmap")
