@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
-from jax.sharding import PartitionSpec
+from jax.lax import RaggedDotDimensionNumbers
+from jax.sharding import AxisType, PartitionSpec
 
 from .._core import vary_like, varying_axes
 from . import _sharding
@@ -97,10 +98,45 @@ def _group_of_rows(counts, first_row, rows: int):
 
 
 def _reference(params, a, b, counts, alpha, first_row):
-    """One dense product per group on exact values (FP8 widened to bfloat16), float32 sums,
-    as XLA's CPU `ragged_dot` computes it. Written with `dot_general` because it is lowered
-    inside a partition, where Explicit mesh axes may remain and XLA has no Explicit sharding
-    rule for ragged dots."""
+    """XLA's ragged dots on exact values (FP8 widened to bfloat16), float32 sums: what
+    `grouped_gemm` computed before the op existed, so results off CUDA are unchanged. Inside
+    a partition with Explicit mesh axes left in the context (XLA has no Explicit sharding rule
+    for ragged dots), one `dot_general` per group instead."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if AxisType.Explicit in tuple(getattr(mesh, "axis_types", ())):
+        return _reference_per_group(params, a, b, counts, alpha, first_row)
+    m, k, n = params.m, params.k, params.n
+    ext = _extended_counts(counts, first_row, m)
+    a, b = _as_bf16(a), _as_bf16(b)
+    f32 = jnp.float32
+    factor = alpha if alpha.shape[0] else jnp.ones((counts.shape[0],), f32)
+    if params.kind == "rows":
+        if params.transposed:
+            b = jnp.swapaxes(b, 1, 2)
+        zero = jnp.zeros((1, k, n), b.dtype)
+        y = jax.lax.ragged_dot(a, jnp.concatenate([zero, b, zero]), ext,
+                               preferred_element_type=f32)
+        zero = jnp.zeros((1,), f32)
+        row_factor = jnp.repeat(jnp.concatenate([zero, factor, zero]), ext,
+                                total_repeat_length=m)[:, None]
+        inside = jnp.repeat(jnp.arange(counts.shape[0] + 2), ext, total_repeat_length=m)
+        inside = ((inside > 0) & (inside <= counts.shape[0]))[:, None]
+        # rows of no group are 0 whatever they hold (padding tokens may be Inf or NaN)
+        return (jnp.where(inside, y * row_factor, 0.0).astype(params.out_dtype),)
+    if params.transposed:
+        a = _rows_of_transposed(a, counts, first_row, m, k)
+        b = _rows_of_transposed(b, counts, first_row, m, n)
+    dims = RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(([0], [0]), ([], [])),
+        lhs_ragged_dimensions=[0],
+        rhs_group_dimensions=[],
+    )
+    out = jax.lax.ragged_dot_general(a, b, ext, dims, preferred_element_type=f32)[1:-1]
+    return ((out * factor[:, None, None]).astype(params.out_dtype),)
+
+
+def _reference_per_group(params, a, b, counts, alpha, first_row):
+    """One dense product per group on exact values, float32 sums."""
     m, k, n = params.m, params.k, params.n
     groups = counts.shape[0]
     gid = _group_of_rows(counts, first_row, m)
