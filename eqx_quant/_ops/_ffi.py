@@ -80,6 +80,14 @@ def library_paths() -> dict[str, str]:
 def require_kernels(platform: str, op: str) -> None:
     if op in native_ops(platform):
         return
+    if op == "grouped_gemm" and platform in _loaded():
+        raise RuntimeError(
+            f"eqx_quant: the CUDA kernel library {_loaded()[platform][0]} was built without "
+            "the CUTLASS grouped GEMM, which grouped_gemm, grouped_wgrad and grouped_dense run "
+            "on a GPU. Rebuild with CUTLASS's headers in the build environment (the "
+            "nvidia-cutlass wheel, a build requirement, or EQX_QUANT_CUTLASS_INCLUDE_DIR); "
+            "EQX_QUANT_CUTLASS=ON makes missing headers a build error (docs/gemm.md)."
+        )
     if platform in _loaded():
         raise RuntimeError(
             f"eqx_quant: the {platform} kernel library {_loaded()[platform][0]} has no kernel "
