@@ -38,12 +38,13 @@ if(_eqx_quant_build_gemm)
   # One generated file per kernel of gemm/grouped_gemm_instances_cuda.h (the
   # same list), so that a parallel build compiles them side by side.
   set(_eqx_quant_gemm_instances
-    E4m3:E4m3:RowCol:Bf16 E4m3:E4m3:RowCol:F32
-    E4m3:E5m2:RowCol:Bf16 E4m3:E5m2:RowCol:F32
-    E5m2:E4m3:RowCol:Bf16 E5m2:E4m3:RowCol:F32
-    Bf16:Bf16:RowCol:Bf16 Bf16:Bf16:RowCol:F32
-    Bf16:Bf16:RowRow:Bf16 Bf16:Bf16:RowRow:F32
-    Bf16:Bf16:ColRow:Bf16 Bf16:Bf16:ColRow:F32)
+    E4m3:E4m3:RowCol:Bf16:128 E4m3:E4m3:RowCol:F32:128
+    E4m3:E5m2:RowCol:Bf16:128 E4m3:E5m2:RowCol:F32:128
+    E5m2:E4m3:RowCol:Bf16:128 E5m2:E4m3:RowCol:F32:128
+    Bf16:Bf16:RowCol:Bf16:128 Bf16:Bf16:RowCol:F32:128
+    Bf16:Bf16:RowRow:Bf16:128 Bf16:Bf16:RowRow:F32:128
+    Bf16:Bf16:ColRow:Bf16:128 Bf16:Bf16:ColRow:F32:128
+    E4m3:E4m3:RowCol:Bf16:256 Bf16:Bf16:RowRow:Bf16:256)
   set(_eqx_quant_type_Bf16 "cutlass::bfloat16_t")
   set(_eqx_quant_type_E4m3 "cutlass::float_e4m3_t")
   set(_eqx_quant_type_E5m2 "cutlass::float_e5m2_t")
@@ -55,6 +56,7 @@ if(_eqx_quant_build_gemm)
     list(GET _parts 1 B)
     list(GET _parts 2 L)
     list(GET _parts 3 D)
+    list(GET _parts 4 T)
     set(A_TYPE "${_eqx_quant_type_${A}}")
     set(B_TYPE "${_eqx_quant_type_${B}}")
     set(D_TYPE "${_eqx_quant_type_${D}}")
@@ -68,7 +70,7 @@ if(_eqx_quant_build_gemm)
     if(_b_layout STREQUAL "Col")
       set(B_LAYOUT "ColumnMajor")
     endif()
-    set(_file "${CMAKE_CURRENT_BINARY_DIR}/gemm/grouped_gemm_${A}${B}${L}${D}_cuda.cu")
+    set(_file "${CMAKE_CURRENT_BINARY_DIR}/gemm/grouped_gemm_${A}${B}${L}${D}${T}_cuda.cu")
     configure_file(gemm/grouped_gemm_instance_cuda.cu.in "${_file}" @ONLY)
     list(APPEND _eqx_quant_gemm_sources "${_file}")
   endforeach()

@@ -43,6 +43,9 @@ struct GroupedGemmProblem {
   // colwise copies (group g's (K, count_g) block at K * start_g), rather than
   // as (M, K) and (M, N) rows.
   bool transposed = false;
+  // Rows per tile: 256 where such a kernel was built and the groups are long
+  // (the caller's choice from the mean group size), else 128.
+  int tile_m = 128;
   const void* a = nullptr;
   const void* b = nullptr;
   const int32_t* counts = nullptr;  // (G,), each >= 0, summing to at most m

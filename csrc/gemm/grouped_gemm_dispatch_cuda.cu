@@ -22,13 +22,17 @@ Runner Find(const GroupedGemmProblem& p) {
   using E = GemmElement;
   constexpr E Bf16 = E::kBf16, E4m3 = E::kE4m3, E5m2 = E::kE5m2, F32 = E::kF32;
   const Layouts layouts = LayoutsOf(p);
-#define EQX_QUANT_MATCH_GROUPED_GEMM(A, B, L, D)                     \
+  // The requested tile if it was built, else 128 rows (the tile changes no
+  // value: each output's K-loop is the same).
+  for (const int tile : {p.tile_m, 128}) {
+#define EQX_QUANT_MATCH_GROUPED_GEMM(A, B, L, D, T)                  \
   if (p.a_type == A && p.b_type == B && layouts == Layouts::L &&     \
-      p.out_type == D) {                                             \
-    return &grouped_gemm::Run##A##B##L##D;                           \
+      p.out_type == D && tile == T) {                                \
+    return &grouped_gemm::Run##A##B##L##D##T;                        \
   }
-  EQX_QUANT_GROUPED_GEMM_INSTANCES(EQX_QUANT_MATCH_GROUPED_GEMM)
+    EQX_QUANT_GROUPED_GEMM_INSTANCES(EQX_QUANT_MATCH_GROUPED_GEMM)
 #undef EQX_QUANT_MATCH_GROUPED_GEMM
+  }
   return nullptr;
 }
 
@@ -45,6 +49,14 @@ GroupedGemmStatus GroupedGemm(const GroupedGemmProblem& problem,
     return {false, 0,
             "no kernel for these element types and layouts (FP8 operands must "
             "both be K-contiguous)"};
+  }
+  if (problem.kind == GroupedGemmKind::kRows && problem.groups == 0) {
+    // No group: every row is 0.
+    const size_t bytes = static_cast<size_t>(problem.m) * problem.n *
+                         (problem.out_type == GemmElement::kF32 ? 4 : 2);
+    const cudaError_t error = cudaMemsetAsync(problem.out, 0, bytes, stream);
+    if (error != cudaSuccess) return {false, static_cast<int>(error), "cudaMemsetAsync"};
+    return {};
   }
   if (problem.groups == 0 || problem.m == 0 && problem.kind == GroupedGemmKind::kRows) {
     return {};

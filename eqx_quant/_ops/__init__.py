@@ -20,6 +20,12 @@ from .fp8_quantize import (
 from .fp8_quantize import (
     fp8_quantize_op as fp8_quantize_op,
 )
+from .grouped_gemm import (
+    GroupedGemmParams as GroupedGemmParams,
+)
+from .grouped_gemm import (
+    grouped_gemm_op as grouped_gemm_op,
+)
 from .grouped_quantize import (
     GroupedParams as GroupedParams,
 )
@@ -52,10 +58,4 @@ from .nvfp4_quantize import (
 )
 from .nvfp4_quantize import (
     nvfp4_quantize_op as nvfp4_quantize_op,
-)
-from .grouped_gemm import (
-    GroupedGemmParams as GroupedGemmParams,
-)
-from .grouped_gemm import (
-    grouped_gemm_op as grouped_gemm_op,
 )

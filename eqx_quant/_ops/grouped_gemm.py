@@ -46,6 +46,7 @@ class GroupedGemmParams:
     k: int
     n: int
     out_dtype: str
+    tile_m: int = 128  # rows per tile the kernel should use where built (a preference)
     impl: str = "auto"
 
     def ffi_attrs(self) -> dict:
@@ -55,7 +56,18 @@ class GroupedGemmParams:
             m=np.int64(self.m),
             k=np.int64(self.k),
             n=np.int64(self.n),
+            tile_m=np.int64(self.tile_m),
         )
+
+
+# Groups of this many rows on average or more run on 256-row tiles (csrc/gemm); shorter ones
+# on 128-row tiles, which a 256-row tile would leave half empty.
+LONG_GROUP_ROWS = 1024
+
+
+def tile_rows(rows: int, groups: int) -> int:
+    """The tile the kernel is asked for, from the mean group size."""
+    return 256 if groups and rows // groups >= LONG_GROUP_ROWS else 128
 
 
 def _out_shape(params, groups: int) -> tuple[int, ...]:

@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _grouped
 from ._timing import measure, micro, timing_method
 
 GEMM_OPS = (
