@@ -118,8 +118,8 @@ def test_dense_grad_on_gpu():
 
 @pytest.mark.parametrize("make", [eqq.CurrentScaleQuantizer, eqq.BlockScaleQuantizer])
 def test_grouped_gemm_on_gpu(make):
-    # XLA lowers ragged_dot on NVIDIA GPUs (by default a dense dot per group's mask, or
-    # cuDNN's grouped GEMM where enabled); the values must be the oracle's either way.
+    # K and N fit the CUTLASS grouped GEMM (tests/cuda/test_cuda_grouped_gemm.py has the
+    # kernel's own cases); the values must be the oracle's.
     q = make()
     sizes = jnp.asarray([40, 0, 75, 33], jnp.int32)
     x, w = _on_gpu(
