@@ -47,9 +47,26 @@ ffi::Error Invalid(const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(kTarget) + ": " + what);
 }
 
+// XLA's scratch memory where it hands it out, else stream-ordered memory
+// (cudaMallocAsync: no host sync), freed on the stream after the launches.
+struct CallScratch {
+  ffi::ScratchAllocator* xla;
+  cudaStream_t stream;
+  void* owned[4] = {};
+  int count = 0;
+};
+
 void* AllocateScratch(void* context, size_t bytes) {
-  auto* scratch = static_cast<ffi::ScratchAllocator*>(context);
-  return scratch->Allocate(bytes, 256).value_or(nullptr);
+  auto* scratch = static_cast<CallScratch*>(context);
+  if (std::optional<void*> got = scratch->xla->Allocate(bytes, 256)) return *got;
+  if (scratch->count == 4) return nullptr;
+  void* memory = nullptr;
+  if (cudaMallocAsync(&memory, bytes, scratch->stream) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  scratch->owned[scratch->count++] = memory;
+  return memory;
 }
 
 ffi::Error GroupedGemmCudaImpl(cudaStream_t stream,
@@ -126,8 +143,12 @@ ffi::Error GroupedGemmCudaImpl(cudaStream_t stream,
       (n * element_bytes[static_cast<int>(*b_type)]) % 16 != 0) {
     return Invalid("K and N must make rows of a multiple of 16 bytes");
   }
+  CallScratch call_scratch{&scratch, stream};
   const cuda::GroupedGemmStatus status = cuda::GroupedGemm(
-      problem, cuda::DeviceScratch{&AllocateScratch, &scratch}, stream);
+      problem, cuda::DeviceScratch{&AllocateScratch, &call_scratch}, stream);
+  for (int i = 0; i < call_scratch.count; ++i) {
+    cudaFreeAsync(call_scratch.owned[i], stream);
+  }
   return LaunchStatusError(kTarget, status, ffi::ErrorCode::kInvalidArgument);
 }
 

@@ -175,9 +175,6 @@ def _gemm_vjp(lhs_arrays, rhs_arrays, spec: _GemmSpec) -> Array:
             product = fp8_product(functools.partial(_product, spec=spec, precision=None))
         else:  # bfloat16 products are exact in the float32 sums
             a, b = _bf16_values(lhs_arrays, spec.lhs), _bf16_values(rhs_arrays, spec.rhs)
-            # Materialized in their own pass (docs/performance.md, "GEMMs"): XLA would fuse
-            # the dequantization into the GEMM's operand loads, redoing it for every tile.
-            a, b = jax.lax.optimization_barrier((a, b))
             product = functools.partial(_product, spec=spec, precision=None)
         y = product(a, b)
         lf = product_factor(spec.lhs.meta.scaling_mode, lhs_arrays)
