@@ -271,10 +271,8 @@ def _partition(params, mesh, arg_infos, result_infos):
         first_group = _axis_index(g) * local_groups
         first_row = _axis_index(m) * local_rows
         local, start = _local_counts(counts, first_group, local_groups, first_row, local_rows)
-        local_params = dataclasses.replace(
-            params, m=local_rows, k=a.shape[1], n=b.shape[-1] if not params.transposed
-            or params.kind != "rows" else b.shape[1]
-        )
+        n_dim = 1 if params.kind == "rows" and params.transposed else -1  # b (G, N, K)
+        local_params = dataclasses.replace(params, m=local_rows, k=a.shape[1], n=b.shape[n_dim])
         (y,) = bind_inner(a, b, local, alpha, start, params=local_params)
         if summed:
             y = jax.lax.psum(y, summed)
