@@ -77,8 +77,8 @@ def _nvfp4_blocks(xb, s_enc, axis: int):
     """(E2M1 codes, E4M3 scales) of the blocks of 16 along `axis` of a 3-D f32 `xb`, with the
     global encode scale `s_enc` broadcastable against the block amaxes."""
     amax = jnp.max(jnp.abs(xb), axis=axis, keepdims=True)
-    sdb = (amax * (s_enc / 6.0)).astype(jnp.float8_e4m3fn)
-    enc = 1.0 / (sdb.astype(jnp.float32) / s_enc)
+    sdb = (amax * (s_enc * jnp.float32(1.0 / 6.0))).astype(jnp.float8_e4m3fn)
+    enc = 1.0 / (sdb.astype(jnp.float32) * (1.0 / s_enc))
     return jnp.clip(xb * enc, -6.0, 6.0).astype(jnp.float4_e2m1fn), sdb
 
 

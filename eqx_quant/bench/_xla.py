@@ -33,8 +33,9 @@ def nvfp4_rows(x):
     m, n = x.shape
     xb = x.astype(jnp.float32).reshape(m, n // 16, 16)
     s_enc = 2688.0 / jnp.max(jnp.abs(xb))
-    sdb = (jnp.max(jnp.abs(xb), axis=-1, keepdims=True) * (s_enc / 6.0)).astype(jnp.float8_e4m3fn)
-    enc = 1.0 / (sdb.astype(jnp.float32) / s_enc)
+    block_amax = jnp.max(jnp.abs(xb), axis=-1, keepdims=True)
+    sdb = (block_amax * (s_enc * jnp.float32(1.0 / 6.0))).astype(jnp.float8_e4m3fn)
+    enc = 1.0 / (sdb.astype(jnp.float32) * (1.0 / s_enc))
     q = jnp.clip(xb * enc, -6.0, 6.0).astype(jnp.float4_e2m1fn)
     return q.reshape(m, n), jnp.squeeze(sdb, -1)
 
@@ -45,8 +46,8 @@ def nvfp4_tiles(x):
     xb = x.astype(jnp.float32).reshape(m // 16, 16, n // 16, 16)
     s_enc = 2688.0 / jnp.max(jnp.abs(xb))
     tile_amax = jnp.max(jnp.abs(xb), axis=(1, 3), keepdims=True)
-    sdb = (tile_amax * (s_enc / 6.0)).astype(jnp.float8_e4m3fn)
-    enc = 1.0 / (sdb.astype(jnp.float32) / s_enc)
+    sdb = (tile_amax * (s_enc * jnp.float32(1.0 / 6.0))).astype(jnp.float8_e4m3fn)
+    enc = 1.0 / (sdb.astype(jnp.float32) * (1.0 / s_enc))
     q = jnp.clip(xb * enc, -6.0, 6.0).astype(jnp.float4_e2m1fn)
     scales = jnp.broadcast_to(sdb, (m // 16, 16, n // 16, 1)).reshape(m, n // 16)
     return q.reshape(m, n), scales
