@@ -26,6 +26,7 @@ from ._explicit import (
 from ._explicit import (
     with_auto_axes_to as with_auto_axes_to,
 )
+from ._manual import checked as checked
 from ._manual import cotangent_for as cotangent_for
 from ._manual import union_axes as union_axes
 from ._manual import vary_like as vary_like

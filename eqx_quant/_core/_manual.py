@@ -1,8 +1,13 @@
 """Varying manual axes (`shard_map` with `check_vma=True`): a custom VJP's cotangents must
 carry the same varying-axes type as its primal inputs, which a cotangent built from zeros or
-from unvarying values (an all-reduced amax) does not."""
+from unvarying values (an all-reduced amax) does not. Also the run-time check that works
+inside and outside `shard_map` (`checked`)."""
 
+import functools
+
+import equinox as eqx
 import jax
+import numpy as np
 
 
 def varying_axes(value) -> tuple[str, ...]:
@@ -40,3 +45,18 @@ def cotangent_for(ct, primal_axes: tuple[str, ...], *, reduce: str = "sum"):
 def union_axes(*values) -> tuple[str, ...]:
     """The manual axes any leaf of `values` varies over."""
     return tuple(sorted({a for v in jax.tree.leaves(values) for a in varying_axes(v)}))
+
+
+def _raise_if(bad, message: str) -> None:
+    if np.any(bad):
+        raise ValueError(message)
+
+
+def checked(value, bad, message: str):
+    """`value` with a run-time error attached that fires when `bad` is true."""
+    if varying_axes(bad):
+        # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
+        # (its error branch is not device-varying); a host callback raises the same error.
+        jax.debug.callback(functools.partial(_raise_if, message=message), bad)
+        return value
+    return eqx.error_if(value, bad, message)

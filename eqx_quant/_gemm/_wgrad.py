@@ -18,9 +18,8 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
-from .._core import validated_by
+from .._core import checked, validated_by
 from .._formats import format_of
-from .._quantize import checked
 from .._tensor import (
     GroupedLayout,
     GroupedScaledTensor,

@@ -20,6 +20,12 @@ from .fp8_quantize import (
 from .fp8_quantize import (
     fp8_quantize_op as fp8_quantize_op,
 )
+from .group_sizes_check import (
+    GroupSizesCheckParams as GroupSizesCheckParams,
+)
+from .group_sizes_check import (
+    group_sizes_check_op as group_sizes_check_op,
+)
 from .grouped_gemm import (
     GroupedGemmParams as GroupedGemmParams,
 )

@@ -23,6 +23,7 @@ KERNEL_OPS = (
     "grouped_mxfp8_quantize",
     "grouped_nvfp4_quantize",
     "grouped_dbias",
+    "group_sizes_check",  # CPU only: the GPU checks with eqx.error_if
     "grouped_gemm",  # CUDA only, when built with CUTLASS
 )
 

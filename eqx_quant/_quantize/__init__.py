@@ -26,12 +26,9 @@ from ._checks import (
     key_words_of as key_words_of,
 )
 from ._dense import quantize as quantize
-from ._finite import check_finite as check_finite
 from ._dense import quantize_dbias as quantize_dbias
+from ._finite import check_finite as check_finite
 from ._grouped import check_sizes_now as check_sizes_now
-from ._grouped import (
-    checked as checked,
-)
 from ._grouped import (
     grouped_dbias as grouped_dbias,
 )

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Shaped
 
-from ._grouped import checked
+from .._core import checked
 
 
 def check_finite(x: Shaped[Array, "..."], name: str = "x") -> Shaped[Array, "..."]:

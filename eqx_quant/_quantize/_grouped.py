@@ -13,18 +13,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from beartype import beartype
-from jax import lax
 from jaxtyping import Array, Int, PRNGKeyArray, Shaped, jaxtyped
 
 from .._core import (
     HighPrecision,
     explicit_sharding,
     validated_by,
-    varying_axes,
     with_auto_axes_to,
 )
 from .._formats import format_of
-from .._ops import GroupedParams, grouped_dbias_op
+from .._ops import (
+    GroupedParams,
+    GroupSizesCheckParams,
+    group_sizes_check_op,
+    grouped_dbias_op,
+)
 from .._quantizer import AbstractQuantizer
 from .._tensor import GroupedLayout, GroupedScaledTensor, GroupedScaledTensor1x, rows_from_stored
 from ..reference import grouped
@@ -41,6 +44,7 @@ class _Config:
     x_shape: tuple[int, ...]
     x_dtype: str
     x_sharding: jax.sharding.NamedSharding | None  # in x's type (Explicit axes), else None
+    fn: str  # the public function, for messages
 
     def layout(self, mode, data_layout: str, is_colwise: bool) -> GroupedLayout:
         return GroupedLayout(
@@ -48,28 +52,7 @@ class _Config:
         )
 
 
-_SIZES_MESSAGE = (
-    "eqx_quant grouped op: group_sizes must be non-negative and sum to x.shape[0]; rows past "
-    "the sum would be zero in the output (pass check=False to skip this check)."
-)
-
-
-def _raise_if(bad, message: str) -> None:
-    if np.any(bad):
-        raise ValueError(message)
-
-
-def checked(value, bad, message: str):
-    """`value` with a run-time error attached that fires when `bad` is true."""
-    if varying_axes(bad):
-        # Inside shard_map with per-device values, eqx.error_if's cond cannot type-check
-        # (its error branch is not device-varying); a host callback raises the same error.
-        jax.debug.callback(functools.partial(_raise_if, message=message), bad)
-        return value
-    return eqx.error_if(value, bad, message)
-
-
-def check_sizes_now(fn: str, group_sizes, total: int, check: bool) -> None:
+def check_sizes_now(fn: str, group_sizes, total: int, check: bool, operand: str) -> None:
     """Outside `jit` the sizes are concrete: a bad vector is a plain ValueError here, which
     says what the sizes were (under `jit` the run-time check raises instead)."""
     if not check or group_sizes is None or isinstance(group_sizes, jax.core.Tracer):
@@ -77,23 +60,25 @@ def check_sizes_now(fn: str, group_sizes, total: int, check: bool) -> None:
     sizes = np.asarray(group_sizes).astype(np.int64)
     if np.any(sizes < 0) or int(sizes.sum()) != total:
         raise ValueError(
-            f"{fn}: group_sizes must be non-negative and sum to x.shape[0] = {total}, got "
+            f"{fn}: group_sizes must be non-negative and sum to {operand}.shape[0] = {total}, got "
             f"{sizes.tolist()} (sum {int(sizes.sum())}). Rows past the sum would be zero in "
             "the output; pass check=False to allow that."
         )
 
 
-def _checked_sizes(group_sizes, total: int, check: bool):
+def _token_matrix_name(fn: str) -> str:
+    """The name of the public function's token-matrix argument, for messages."""
+    return "dx" if fn == "grouped_quantize_dbias" else "x"
+
+
+def _checked_sizes(group_sizes, total: int, check: bool, fn: str, operand: str, impl: str):
     """`group_sizes`, with the run-time check attached (on the small sizes array, so no
     tensor-sized copy is needed to keep the check alive)."""
     if not check:
         return group_sizes
-    # A saturating sum (min(a + b, total + 1) is associative on [0, total + 1]): sizes whose
-    # int32 sum wraps around to `total` are still caught.
-    capped = jnp.clip(group_sizes, 0, total + 1)
-    summed = lax.associative_scan(lambda a, b: jnp.minimum(a + b, total + 1), capped)[-1]
-    bad = (summed != total) | jnp.any(group_sizes < 0)
-    return checked(group_sizes, bad, _SIZES_MESSAGE)
+    params = GroupSizesCheckParams(total=total, fn=fn, operand=operand, impl=impl)
+    (group_sizes,) = group_sizes_check_op.bind(group_sizes, params=params)
+    return group_sizes
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -102,7 +87,8 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
     fa, shape = config.flatten_axis, config.x_shape
     r, n = math.prod(shape[:fa]), math.prod(shape[fa:])
     x2d = x.reshape(r, n)
-    group_sizes = _checked_sizes(group_sizes, shape[0], config.check)
+    group_sizes = _checked_sizes(group_sizes, shape[0], config.check, config.fn,
+                                 _token_matrix_name(config.fn), config.impl)
     rpu = math.prod(shape[1:fa])
     layout = quantizer.q_layout
     mode = quantizer.scaling_mode
@@ -191,12 +177,12 @@ _grouped_ste.defvjp(_grouped_ste_fwd, _grouped_ste_bwd)
 
 def _run(fn, x, group_sizes, quantizer, flatten_axis, key, check, impl, with_dbias):
     fa = check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key)
-    check_sizes_now(fn, group_sizes, x.shape[0], check)
+    check_sizes_now(fn, group_sizes, x.shape[0], check, _token_matrix_name(fn))
     if group_sizes is None:
         group_sizes = jnp.ones((x.shape[0],), jnp.int32)
     arrays, static = eqx.partition(quantizer, eqx.is_array)
     config = _Config(
-        static, fa, impl, with_dbias, bool(check), x.shape, x.dtype.name, explicit_sharding(x)
+        static, fa, impl, with_dbias, bool(check), x.shape, x.dtype.name, explicit_sharding(x), fn
     )
     key_words = None if key is None else key_words_of(fn, key)
     return _grouped_ste(config, x, group_sizes, arrays, key_words)
@@ -233,7 +219,7 @@ def grouped_quantize(
       `BlockScaleQuantizer` (MXFP8) or `NVFP4Quantizer` (without RHT).
     - `flatten_axis`: the 2-D view `(prod S[:fa], prod S[fa:])`; `fa >= 1`. Default -1.
     - `key`: for NVFP4 stochastic rounding; group g uses `jax.random.fold_in(key, g)`.
-    - `check`: raise at run time (`eqx.error_if`) if `group_sizes` has a negative entry or
+    - `check`: raise at run time if `group_sizes` has a negative entry or
       does not sum to `x.shape[0]` (default True). Either way nothing is read or written out
       of bounds, and rows past the sum are zero in the output.
     - `impl`: `"auto"`, `"ffi"` or `"reference"`, as in `quantize`.
@@ -273,7 +259,7 @@ def _check_gd(grad, group_sizes, check, impl):
     if impl not in ("auto", "ffi", "reference"):
         raise ValueError(f"{fn}: impl must be 'auto', 'ffi' or 'reference', got {impl!r}.")
     check_group_sizes(fn, grad, group_sizes)
-    check_sizes_now(fn, group_sizes, grad.shape[0], check)
+    check_sizes_now(fn, group_sizes, grad.shape[0], check, "grad")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -281,7 +267,7 @@ def _check_gd(grad, group_sizes, check, impl):
 def _grouped_dbias(grad, group_sizes, check: bool, impl: str):
     m = grad.shape[0]
     n = math.prod(grad.shape[1:])
-    group_sizes = _checked_sizes(group_sizes, m, check)
+    group_sizes = _checked_sizes(group_sizes, m, check, "grouped_dbias", "grad", impl)
     return _dbias(grad.reshape(m, n), group_sizes, 1, impl, grad.shape[1:])
 
 

@@ -169,7 +169,7 @@ def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, im
         )
     groups = check_group_sizes(fn, x, group_sizes)
     if expert_axis is None:
-        check_sizes_now(fn, group_sizes, x.shape[0], check)
+        check_sizes_now(fn, group_sizes, x.shape[0], check, "x")
     elif not isinstance(expert_axis, str):
         raise TypeError(
             f"{fn}: expert_axis must be the name of a mesh axis (a str) or None, got "

@@ -1,6 +1,8 @@
 """Bad input to the grouped (MoE) API raises at trace time with a message that names the
 argument and the fix (docs/grouped.md)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -181,3 +183,65 @@ def test_stacked_grouped_delayed_quantizer():
         one = eqq.GroupedDelayedScaleQuantizer(3, amax_history_len=2, scale=scales[layer])
         expected = eqq.grouped_quantize(X, SIZES, one).rowwise.data
         np.testing.assert_array_equal(u8(data[layer]), u8(expected))
+
+
+# --------------------------------------------------------------------------------------------
+# Run-time group sizes under jit: on the CPU the check is a kernel whose message XLA puts on
+# the first line of the error (docs/grouped.md, "Checks").
+
+_ON_CPU = pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="the GPU checks with eqx.error_if; its message comes under the callback's traceback",
+)
+_SIZES_WORDS = r"group_sizes must be non-negative and sum to {}\.shape\[0\] = 64, got "
+_Q = eqq.CurrentScaleQuantizer()
+
+
+def _jit_sizes_cases():
+    def quantize(s):
+        return jax.jit(lambda x, s: eqq.grouped_quantize(x, s, _Q))(X, s)
+
+    def quantize_dbias(s):
+        return jax.jit(lambda x, s: eqq.grouped_quantize_dbias(x, s, MX))(X, s)
+
+    def dbias(s):
+        return jax.jit(eqq.grouped_dbias)(X, s)
+
+    def vmapped(s):
+        xs = jnp.stack([X, X])
+        return jax.jit(jax.vmap(lambda x, s: eqq.grouped_quantize(x, s, MX)))(xs, s)
+
+    many = [1] * 40  # 40 entries summing to 40: listed cut in the middle
+    sizes = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    return [
+        (lambda: quantize(sizes([10, 5])), "grouped_quantize", "x", r"\[10, 5\] \(sum 15\)\. "),
+        (lambda: quantize(sizes([70, -6])), "grouped_quantize", "x", r"\[70, -6\] \(sum 64\)\. "),
+        (lambda: quantize_dbias(sizes([65])), "grouped_quantize_dbias", "dx", r"\[65\] \(sum 65\)"),
+        (lambda: dbias(sizes([1, 2])), "grouped_dbias", "grad", r"\[1, 2\] \(sum 3\)\. "),
+        (lambda: dbias(sizes(many)), "grouped_dbias", "grad",
+         r"\[1, 1, 1, 1, 1, 1, 1, 1, \.\.\., 1, 1, 1, 1, 1, 1, 1, 1\] \(sum 40\)\. "),
+        (lambda: vmapped(sizes([[64, 0], [60, 3]])), "grouped_quantize", "x",
+         r"\[60, 3\] \(sum 63\) in example 1 of the batch\. "),
+    ]
+
+
+@_ON_CPU
+@pytest.mark.parametrize("index", range(6))
+def test_jit_group_size_error_says_what_and_how_on_its_first_line(index):
+    run, fn, operand, got = _jit_sizes_cases()[index]
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        jax.block_until_ready(run())
+    first = str(info.value).splitlines()[0]
+    want = (rf"^INVALID_ARGUMENT: eqx_quant\.{fn}: {_SIZES_WORDS.format(operand)}{got}.*"
+            r"pass check=False to allow that\.$")
+    assert re.match(want, first), first
+
+
+@_ON_CPU
+def test_jit_group_size_check_passes_good_sizes_and_is_skipped_without_check():
+    f = jax.jit(lambda x, s, check: eqq.grouped_dbias(x, s, check=check), static_argnums=2)
+    good = f(X, SIZES, True)
+    np.testing.assert_array_equal(np.asarray(good), np.asarray(eqq.grouped_dbias(X, SIZES)))
+    short = f(X, jnp.asarray([10, 0, 4], jnp.int32), False)  # rows 14.. belong to no group
+    want = np.stack([np.asarray(X[:10]).sum(0), np.zeros(48), np.asarray(X[10:14]).sum(0)])
+    np.testing.assert_array_equal(np.asarray(short, np.float32), want)

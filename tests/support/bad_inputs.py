@@ -24,6 +24,11 @@ KEY = jax.random.key(0)
 
 DTYPES = r"float32, float16 or bfloat16"
 SIZES_CHECK = r"group_sizes must be non-negative and sum to x.shape\[0\] = 32, got "
+
+
+def sizes_check(operand: str) -> str:
+    """The group-size message's words for the token matrix `operand` (eager and jit)."""
+    return SIZES_CHECK.replace("x.shape", f"{operand}.shape")
 GEMM_OUT = r"out_dtype must be one of \('float32', 'bfloat16', 'float16'\)"
 NOT_RECIPE = r"recipe must be an eqx_quant.nn recipe \(DelayedScaling\(\), .*\) or None .*got str"
 
