@@ -48,6 +48,9 @@ from ._quantizer import (
     DelayedScaleQuantizer as DelayedScaleQuantizer,
 )
 from ._quantizer import (
+    Float8BlockQuantizer as Float8BlockQuantizer,
+)
+from ._quantizer import (
     GroupedDelayedScaleQuantizer as GroupedDelayedScaleQuantizer,
 )
 from ._quantizer import (

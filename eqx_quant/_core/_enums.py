@@ -12,6 +12,10 @@ class ScalingMode(enum.Enum):
     - `MXFP8_1D_SCALING`: FP8 data, one E8M0 scale per 1x32 block.
     - `NVFP4_1D_SCALING`: E2M1 data, one E4M3 scale per 1x16 block plus an FP32 global scale.
     - `NVFP4_2D_SCALING`: as NVFP4_1D with one scale per 16x16 tile.
+    - `FP8_BLOCK_1D_SCALING`: FP8 data, one float32 scale per 1x128 block (TE PyTorch's
+      `Float8BlockScaling` activations and gradients; TE/common's `NVTE_BLOCK_SCALING_1D`).
+    - `FP8_BLOCK_2D_SCALING`: FP8 data, one float32 scale per 128x128 tile (its weights;
+      `NVTE_BLOCK_SCALING_2D`).
     """
 
     NO_SCALING = 0
@@ -20,6 +24,8 @@ class ScalingMode(enum.Enum):
     CURRENT_TENSOR_SCALING = 3
     NVFP4_1D_SCALING = 4
     NVFP4_2D_SCALING = 5
+    FP8_BLOCK_1D_SCALING = 6
+    FP8_BLOCK_2D_SCALING = 7
 
     @property
     def is_tensor_scaling(self) -> bool:

@@ -5,13 +5,14 @@ from .._core import ScalingMode
 from ._base import AbstractFormat as AbstractFormat
 from ._base import PartArrays as PartArrays
 from ._base import Quantized as Quantized
+from ._fp8_block import FP8BlockFormat
 from ._mxfp8 import MXFP8Format
 from ._nvfp4 import NVFP4Format
 from ._tensor_scaling import TensorScalingFormat
 
 _FORMATS: dict[ScalingMode, AbstractFormat] = {
     mode: fmt
-    for fmt in (TensorScalingFormat(), MXFP8Format(), NVFP4Format())
+    for fmt in (TensorScalingFormat(), MXFP8Format(), NVFP4Format(), FP8BlockFormat())
     for mode in fmt.modes
 }
 

@@ -55,6 +55,9 @@ class AbstractFormat(eqx.Module):
     # Whether a GEMM multiplies the stored payloads (then both copies hold the same values
     # and any dims may be contracted), rather than the dequantized block values.
     gemm_on_payloads: eqx.AbstractClassVar[bool]
+    # Whether every dequantized value is exact in bfloat16, so that a GEMM of exact values
+    # runs as a bfloat16 GEMM with float32 accumulation (else in float32).
+    values_fit_bfloat16: eqx.AbstractClassVar[bool]
 
     @property
     def is_block(self) -> bool:

@@ -23,6 +23,7 @@ class MXFP8Format(AbstractFormat):
     colwise_data_layout: ClassVar[str] = "N"
     gemm_family: ClassVar[str] = "MXFP8"
     gemm_on_payloads: ClassVar[bool] = False
+    values_fit_bfloat16: ClassVar[bool] = True
 
     def quantize(self, x, quantizer, *, flatten_axis, impl, amax_axes, key_words, with_dbias):
         # With `with_dbias` the bias gradient comes from the same op (on the GPU the rowwise

@@ -47,6 +47,7 @@ class NVFP4Format(AbstractFormat):
     colwise_data_layout: ClassVar[str] = "T"
     gemm_family: ClassVar[str] = "NVFP4"
     gemm_on_payloads: ClassVar[bool] = False
+    values_fit_bfloat16: ClassVar[bool] = True
 
     def quantize(self, x, quantizer, *, flatten_axis, impl, amax_axes, key_words, with_dbias):
         fa = flatten_axis

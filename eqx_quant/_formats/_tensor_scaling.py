@@ -30,6 +30,7 @@ class TensorScalingFormat(AbstractFormat):
     colwise_data_layout: ClassVar[str] = "T"
     gemm_family: ClassVar[str] = "per-tensor FP8"
     gemm_on_payloads: ClassVar[bool] = True
+    values_fit_bfloat16: ClassVar[bool] = False
 
     def quantize(self, x, quantizer, *, flatten_axis, impl, amax_axes, key_words, with_dbias):
         del key_words

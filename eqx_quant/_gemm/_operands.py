@@ -43,7 +43,8 @@ OUT_DTYPES = ("float32", "bfloat16", "float16")
 def multiplies_in_bf16(lhs_mode, lhs_rht, rhs_mode, rhs_rht) -> bool:
     """Whether a pair of parts is multiplied as exact bfloat16 values (module doc): block
     formats with no RHT, or the same RHT on both (it cancels)."""
-    if format_of(lhs_mode).gemm_on_payloads or format_of(rhs_mode).gemm_on_payloads:
+    formats = (format_of(lhs_mode), format_of(rhs_mode))
+    if any(f.gemm_on_payloads or not f.values_fit_bfloat16 for f in formats):
         return False
     return lhs_rht == rhs_rht
 
@@ -150,8 +151,9 @@ def check_modes(fn: str, lhs, rhs, names: tuple[str, str] = ("lhs", "rhs")) -> b
     if format_of(a).gemm_family != format_of(b).gemm_family:
         raise ValueError(
             f"{fn}: {names[0]} is {a.name} and {names[1]} is {b.name}; a GEMM takes two "
-            "per-tensor FP8 operands (delayed or current), two MXFP8 operands, or two NVFP4 "
-            "operands (1D or 2D). Quantize both operands in one family."
+            "per-tensor FP8 operands (delayed or current), two MXFP8 operands, two NVFP4 "
+            "operands (1D or 2D), or two FP8 block-scaled operands (1x128 or 128x128). "
+            "Quantize both operands in one family."
         )
     return format_of(a).gemm_on_payloads
 

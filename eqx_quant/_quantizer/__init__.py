@@ -4,6 +4,7 @@ from ._block import AbstractBlockQuantizer as AbstractBlockQuantizer
 from ._current import CurrentScaleQuantizer as CurrentScaleQuantizer
 from ._delayed import DelayedScaleQuantizer as DelayedScaleQuantizer
 from ._delayed import holds_stack as holds_stack
+from ._fp8_block import Float8BlockQuantizer as Float8BlockQuantizer
 from ._grouped_delayed import GroupedDelayedScaleQuantizer as GroupedDelayedScaleQuantizer
 from ._mxfp8 import BlockScaleQuantizer as BlockScaleQuantizer
 from ._nvfp4 import NVFP4Quantizer as NVFP4Quantizer

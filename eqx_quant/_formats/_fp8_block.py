@@ -1,0 +1,91 @@
+"""FP8 block scaling: FP8 payloads with one float32 scale per 1x128 block or 128x128 tile
+(docs/block_formats.md, "FP8 block scaling")."""
+
+import math
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from .._core import ScalingMode
+from .._ops import Fp8BlockQuantizeParams, dbias_only_params, fp8_block_quantize_op, fp8_quantize_op
+from ..reference import cast_canonical, fp8_block
+from ._base import AbstractFormat, PartArrays, Quantized
+
+
+class FP8BlockFormat(AbstractFormat):
+    """The colwise copy is stored transposed, its blocks along its own rows. A payload times
+    its float32 scale has up to 28 significant bits: the values do not fit bfloat16, so
+    GEMMs multiply them in float32 (a GPU applies the scales to the partial sums of each
+    128-long block of the contraction instead). No tensor-level scale: its amax is 0."""
+
+    modes: ClassVar[tuple[ScalingMode, ...]] = (
+        ScalingMode.FP8_BLOCK_1D_SCALING,
+        ScalingMode.FP8_BLOCK_2D_SCALING,
+    )
+    block_size: ClassVar[int] = fp8_block.BLOCK
+    colwise_data_layout: ClassVar[str] = "T"
+    gemm_family: ClassVar[str] = "FP8_BLOCK"
+    gemm_on_payloads: ClassVar[bool] = False
+    values_fit_bfloat16: ClassVar[bool] = False
+
+    def quantize(self, x, quantizer, *, flatten_axis, impl, amax_axes, key_words, with_dbias):
+        del amax_axes, key_words
+        if impl == "ffi":
+            raise ValueError(
+                "eqx_quant: FP8 block scaling (Float8BlockQuantizer) has no compiled kernel "
+                "yet; impl='auto' and impl='reference' run its pure-JAX implementation, which "
+                "is bit-exact with TE's kernels."
+            )
+        layout = quantizer.q_layout
+        params = Fp8BlockQuantizeParams(
+            q_dtype=quantizer.q_dtype,
+            use_2d=quantizer.use_2d,
+            power_2_scales=quantizer.power_2_scales,
+            amax_epsilon=float(quantizer.amax_epsilon),
+            flatten_axis=flatten_axis,
+            rowwise=layout.has_rowwise,
+            colwise=layout.has_colwise,
+            impl=impl,
+        )
+        row, row_scale, col, col_scale = fp8_block_quantize_op.bind(x, params=params)
+        amax = jnp.zeros((1,), jnp.float32)
+        dbias = None
+        if with_dbias:
+            # The FP8 op with no FP8 output: its canonical tree sum only.
+            one = jnp.ones((1,), jnp.float32)
+            *_, dbias = fp8_quantize_op.bind(
+                x, one, params=dbias_only_params(0, flatten_axis, impl)
+            )
+        return Quantized(
+            rowwise=PartArrays(row, row_scale, amax, "N", False) if layout.has_rowwise else None,
+            colwise=PartArrays(col, col_scale, amax, "T", True) if layout.has_colwise else None,
+            dbias=dbias,
+        )
+
+    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words):
+        raise ValueError(
+            "eqx_quant: grouped quantization does not support Float8BlockQuantizer yet (FP8 "
+            "block scaling); use it through quantize / gemm / dense, or group with "
+            "BlockScaleQuantizer (MXFP8) or CurrentScaleQuantizer."
+        )
+
+    def dequantize(self, data, scale_inv, amax, meta):
+        del amax
+        lead = data.ndim - meta.ndim
+        stored = data.shape[lead:]
+        split = meta.flatten_axis if meta.layout == "N" else meta.ndim - meta.flatten_axis
+        rows, cols = math.prod(stored[:split]), math.prod(stored[split:])
+        use_2d = meta.scaling_mode == ScalingMode.FP8_BLOCK_2D_SCALING
+        flat_q = data.reshape((-1, rows, cols))
+        flat_s = scale_inv.reshape((-1,) + scale_inv.shape[lead:])
+        y = jax.vmap(lambda q, s: fp8_block.dequantize_2d(q, s, use_2d, meta.dq_dtype))(
+            flat_q, flat_s
+        )
+        return y.reshape(data.shape)
+
+    def decode_rows(self, q, scale_inv, amax, group, scale_bytes):
+        raise ValueError("eqx_quant: FP8 block scaling has no grouped tensors yet.")
+
+    def round_to(self, y, dq_dtype):
+        return cast_canonical(y, dq_dtype)
