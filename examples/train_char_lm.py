@@ -56,6 +56,7 @@ RECIPES = {
     "current": qnn.CurrentScaling(),
     "mxfp8": qnn.MXFP8BlockScaling(),
     "nvfp4": qnn.NVFP4BlockScaling(),
+    "fp8_block": qnn.Float8BlockScaling(),
 }
 
 

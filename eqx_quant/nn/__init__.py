@@ -4,7 +4,8 @@
   quantizers of their three GEMM operands (`DenseQuantizers`).
 - The Equinox layers: `Linear` (a drop-in for `eqx.nn.Linear`), `GroupedLinear` (MoE
   experts) and `MLP`, each quantizing as its recipe says (`DelayedScaling`,
-  `CurrentScaling`, `MXFP8BlockScaling`, `NVFP4BlockScaling`); `quantize_model` converts
+  `CurrentScaling`, `MXFP8BlockScaling`, `NVFP4BlockScaling`, `Float8BlockScaling`);
+  `quantize_model` converts
   the `eqx.nn.Linear` layers of any model.
 - The training step: `value_and_grad` (loss, parameter gradients and the model with its next
   delayed-scaling state), `accumulate` (the same over microbatches), `partition`, and
@@ -22,6 +23,7 @@ from ._linear import Linear as Linear
 from ._recipes import AbstractRecipe as AbstractRecipe
 from ._recipes import CurrentScaling as CurrentScaling
 from ._recipes import DelayedScaling as DelayedScaling
+from ._recipes import Float8BlockScaling as Float8BlockScaling
 from ._recipes import MXFP8BlockScaling as MXFP8BlockScaling
 from ._recipes import NVFP4BlockScaling as NVFP4BlockScaling
 from ._state import DelayedState as DelayedState

@@ -18,6 +18,7 @@ from .._quantizer import (
     BlockScaleQuantizer,
     CurrentScaleQuantizer,
     DelayedScaleQuantizer,
+    Float8BlockQuantizer,
     GroupedDelayedScaleQuantizer,
     NVFP4Quantizer,
 )
@@ -42,7 +43,7 @@ def _fp8_dtype(fp8_format: str, role: str):
 
 class AbstractRecipe(eqx.Module):
     """How one layer quantizes its GEMM operands. Final subclasses: `DelayedScaling`,
-    `CurrentScaling`, `MXFP8BlockScaling`, `NVFP4BlockScaling`."""
+    `CurrentScaling`, `MXFP8BlockScaling`, `NVFP4BlockScaling`, `Float8BlockScaling`."""
 
     @abc.abstractmethod
     def quantizer(self, role: str) -> AbstractQuantizer:
@@ -250,4 +251,44 @@ class NVFP4BlockScaling(AbstractRecipe):
         return DenseQuantizers(
             NVFP4Quantizer(), NVFP4Quantizer(use_2d=self.weight_2d),
             NVFP4Quantizer(stochastic_rounding=sr),
+        )
+
+
+class Float8BlockScaling(AbstractRecipe):
+    """FP8 with one float32 scale per 1x128 block of the activations and gradients and per
+    128x128 tile of the weights (TE PyTorch's `Float8BlockScaling`, the DeepSeek-V3 recipe).
+    Stateless. Dense layers only for now (no grouped FP8 block scaling yet).
+
+    **Arguments:**
+
+    - `fp8_format`: `"e4m3"` (default, as TE: the blocks give the range E5M2 would) or
+      `"hybrid"` (E5M2 gradients).
+    - `power_2_scales`: round every scale down to a power of two (default True, as TE).
+    - `weight_2d`: 128x128 tiles on the weights (default True); False gives them 1x128 blocks.
+    """
+
+    fp8_format: Fp8Format = eqx.field(static=True, default="e4m3")
+    power_2_scales: bool = eqx.field(static=True, default=True)
+    weight_2d: bool = eqx.field(static=True, default=True)
+
+    def __check_init__(self):
+        _check_format("Float8BlockScaling", self.fp8_format)
+        for name in ("power_2_scales", "weight_2d"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"Float8BlockScaling: {name} must be a bool, got {getattr(self, name)!r}."
+                )
+
+    def quantizer(self, role: str) -> AbstractQuantizer:
+        block = "128x128" if role == "kernel" and self.weight_2d else "1x128"
+        return Float8BlockQuantizer(
+            q_dtype=_fp8_dtype(self.fp8_format, role), block=block,
+            power_2_scales=self.power_2_scales,
+        )
+
+    def grouped_quantizers(self, state: ScalingState | None, num_groups: int) -> DenseQuantizers:
+        raise ValueError(
+            "Float8BlockScaling: GroupedLinear / grouped_dense do not support FP8 block "
+            "scaling yet; use MXFP8BlockScaling, CurrentScaling or DelayedScaling for the "
+            "experts (quantize_model's recipe may be a function of the path)."
         )

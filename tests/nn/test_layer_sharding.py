@@ -20,6 +20,7 @@ RECIPES = {
     "current": lambda: qnn.CurrentScaling(),
     "mxfp8": lambda: qnn.MXFP8BlockScaling(),
     "nvfp4": lambda: qnn.NVFP4BlockScaling(stochastic_rounding=False),
+    "fp8_block": lambda: qnn.Float8BlockScaling(),
 }
 
 
