@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec
 from jaxtyping import Array
 
 from .._core import ScalingMode, with_auto_axes
-from ..reference import grouped
+from ..reference import grouped, mxfp8
 
 
 class PartArrays(NamedTuple):
@@ -90,6 +90,20 @@ class AbstractFormat(eqx.Module):
     @abc.abstractmethod
     def round_to(self, y, dq_dtype: str) -> Array:
         """float32 values rounded once to `dq_dtype`, as this format's dequantize rounds."""
+
+    def gemm_ready_scales(self, scales2d, *, rowwise: bool, mode: ScalingMode) -> Array:
+        """A part's 2-D block-scale matrix as a block-scaled GEMM takes it: padded to (128, 4)
+        tiles and swizzled into cuBLAS's tile order (MXFP8, NVFP4; `rowwise`: tiled as a
+        rowwise matrix)."""
+        del mode
+        return mxfp8.swizzle_scales(scales2d, rowwise=rowwise)
+
+    def from_gemm_ready_scales(
+        self, scales, *, rowwise: bool, mode: ScalingMode, shape: tuple[int, int]
+    ) -> Array:
+        """Inverse of `gemm_ready_scales`: the `shape` matrix back."""
+        del mode
+        return mxfp8.unswizzle_scales(scales, rowwise=rowwise, shape=shape)
 
     def gemm_amax(self, amax) -> Array:
         """The amax to dequantize a GEMM operand's exact (bfloat16) values with: a global

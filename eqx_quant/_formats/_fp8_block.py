@@ -84,6 +84,21 @@ class FP8BlockFormat(AbstractFormat):
         )
         return y.reshape(data.shape)
 
+    def gemm_ready_scales(self, scales2d, *, rowwise, mode):
+        """cuBLASLt's layout (TE's `GEMM_READY`): 1x128 scales transposed to
+        `(blocks along the contraction, rows padded to a multiple of 4)`, 128x128 scales as
+        they are with their last dim padded to a multiple of 4; padding 0."""
+        del rowwise
+        if mode == ScalingMode.FP8_BLOCK_1D_SCALING:
+            scales2d = scales2d.T
+        return jnp.pad(scales2d, ((0, 0), (0, -scales2d.shape[1] % 4)))
+
+    def from_gemm_ready_scales(self, scales, *, rowwise, mode, shape):
+        del rowwise
+        if mode == ScalingMode.FP8_BLOCK_1D_SCALING:
+            return scales[: shape[1], : shape[0]].T
+        return scales[: shape[0], : shape[1]]
+
     def decode_rows(self, q, scale_inv, amax, group, scale_bytes):
         raise ValueError("eqx_quant: FP8 block scaling has no grouped tensors yet.")
 

@@ -116,10 +116,11 @@ class ScaledTensor1x(AbstractScaledTensor):
         return _dequantize_vjp(self.data, self.scale_inv, self.amax, meta)
 
     def gemm_scale_inv(self) -> Shaped[Array, "Rp Cp"]:
-        """The block scales as cuBLAS takes them: the 2-D scale matrix padded to (128, 4)
-        multiples with byte 0x00 and laid out in cuBLAS's 128x4 tile order
-        (docs/block_formats.md). Block formats only; for one example (call it inside `vmap`
-        for a batch)."""
+        """The block scales as cuBLAS takes them (docs/block_formats.md): for MXFP8 and NVFP4
+        the 2-D scale matrix padded to (128, 4) multiples with byte 0x00 and laid out in
+        cuBLAS's 128x4 tile order; for FP8 block scaling cuBLASLt's float32 layout (1x128:
+        transposed, rows padded to 4; 128x128: the last dim padded to 4). Block formats only;
+        for one example (call it inside `vmap` for a batch)."""
         return _swizzle.gemm_scale_inv(self)
 
 

@@ -1,5 +1,6 @@
-"""GEMM-ready block scales: pad to (128, 4) tiles and swizzle (cuBLAS's block-scale layout,
-docs/block_formats.md), and the inverse."""
+"""GEMM-ready block scales (docs/block_formats.md): each format's layout for cuBLAS (MXFP8 and
+NVFP4: padded to (128, 4) tiles and swizzled; FP8 block scaling: cuBLASLt's 1x128 / 128x128
+layouts), and the inverse."""
 
 import math
 
@@ -7,13 +8,13 @@ import jax
 from jaxtyping import Array, Shaped
 
 from .._formats import format_of, is_block_mode
-from ..reference import mxfp8
 
 
 def _check_block_part(fn: str, part) -> None:
     if not is_block_mode(part.scaling_mode):
         raise ValueError(
-            f"{fn}: scales are swizzled only for block formats (MXFP8, NVFP4); this part has "
+            f"{fn}: GEMM-ready scales exist only for block formats (MXFP8, NVFP4, FP8 block); "
+            "this part has "
             f"{part.scaling_mode.name}, whose scale_inv is one float32 per tensor."
         )
     if part.data.ndim != part.ndim:
@@ -38,7 +39,10 @@ def gemm_scale_inv(part) -> Shaped[Array, "Rp Cp"]:
     """See `ScaledTensor1x.gemm_scale_inv`."""
     _check_block_part("gemm_scale_inv", part)
     (r, c), rowwise = _matrix_shape(part)
-    return mxfp8.swizzle_scales(part.scale_inv.reshape(r, c), rowwise=rowwise)
+    fmt = format_of(part.scaling_mode)
+    return fmt.gemm_ready_scales(
+        part.scale_inv.reshape(r, c), rowwise=rowwise, mode=part.scaling_mode
+    )
 
 
 def unswizzle_scales(swizzled: Shaped[Array, "Rp Cp"], like) -> Shaped[Array, "..."]:
@@ -58,5 +62,8 @@ def unswizzle_scales(swizzled: Shaped[Array, "Rp Cp"], like) -> Shaped[Array, ".
             f"like.scale_inv), got {got}. Pass the output of like.gemm_scale_inv()."
         )
     (r, c), rowwise = _matrix_shape(like)
-    flat = mxfp8.unswizzle_scales(swizzled, rowwise=rowwise, shape=(r, c))
+    fmt = format_of(like.scaling_mode)
+    flat = fmt.from_gemm_ready_scales(
+        swizzled, rowwise=rowwise, mode=like.scaling_mode, shape=(r, c)
+    )
     return flat.reshape(like.scale_inv.shape)

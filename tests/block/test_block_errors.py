@@ -88,7 +88,7 @@ def test_colwise_blocks_need_an_axis(q):
 
 def test_swizzle_of_tensor_scaling_rejected():
     t = eqq.quantize(X, eqq.CurrentScaleQuantizer())
-    with pytest.raises(ValueError, match=r"gemm_scale_inv: scales are swizzled only for block formats"):
+    with pytest.raises(ValueError, match=r"gemm_scale_inv: GEMM-ready scales exist only for block formats"):
         t.rowwise.gemm_scale_inv()
 
 

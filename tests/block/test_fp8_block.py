@@ -110,6 +110,26 @@ def test_dequantize_matches_oracle():
             assert_same_bytes(got, expected, f"col {block} {dtype}")
 
 
+def test_gemm_ready_scales():
+    """cuBLASLt's layouts (TE's GEMM_READY): 1x128 transposed with the rows padded to 4,
+    128x128 with the last dim padded to 4; unswizzle_scales inverts them."""
+    x = jnp.asarray(_x((130, 300), jnp.bfloat16, seed=11))
+    for block in ("1x128", "128x128"):
+        t = eqq.quantize(x, eqq.Float8BlockQuantizer(block=block))
+        for part in (t.rowwise, t.colwise):
+            compact = np.asarray(part.scale_inv)
+            ready = np.asarray(part.gemm_scale_inv())
+            if block == "1x128":
+                want = np.zeros((compact.shape[1], -(-compact.shape[0] // 4) * 4), np.float32)
+                want[:, : compact.shape[0]] = compact.T
+            else:
+                want = np.zeros((compact.shape[0], -(-compact.shape[1] // 4) * 4), np.float32)
+                want[:, : compact.shape[1]] = compact
+            f32_bits_equal(ready, want, f"{block} colwise={part.is_colwise}")
+            back = eqq.unswizzle_scales(jnp.asarray(ready), part)
+            f32_bits_equal(back, compact, f"{block} round trip")
+
+
 def test_transforms_vmap_scan_grad():
     x = jnp.asarray(_x((3, 64, 256), jnp.bfloat16, seed=13))
     q = eqq.Float8BlockQuantizer()

@@ -219,8 +219,8 @@ CASES = [
          TypeError, rf"dequantize: dtype must be {DTYPES} .*got int32"),
     case("unswizzle_scales-tensor-scaling",
          lambda: eqq.unswizzle_scales(tx().rowwise.scale_inv, tx().rowwise), ValueError,
-         r"unswizzle_scales: scales are swizzled only for block formats \(MXFP8, NVFP4\); this "
-         r"part has CURRENT_TENSOR_SCALING"),
+         r"unswizzle_scales: GEMM-ready scales exist only for block formats \(MXFP8, NVFP4, FP8 "
+         r"block\); this part has CURRENT_TENSOR_SCALING"),
     # ---- eqx_quant.nn: recipes, layers, quantize_model -------------------------------------
     case("DelayedScaling-margin-negative", lambda: qnn.DelayedScaling(margin=-1), ValueError,
          r"DelayedScaling: margin must be a finite number >= 0 \(the scale is divided by "
