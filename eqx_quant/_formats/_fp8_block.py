@@ -31,12 +31,6 @@ class FP8BlockFormat(AbstractFormat):
 
     def quantize(self, x, quantizer, *, flatten_axis, impl, amax_axes, key_words, with_dbias):
         del amax_axes, key_words
-        if impl == "ffi":
-            raise ValueError(
-                "eqx_quant: FP8 block scaling (Float8BlockQuantizer) has no compiled kernel "
-                "yet; impl='auto' and impl='reference' run its pure-JAX implementation, which "
-                "is bit-exact with TE's kernels."
-            )
         layout = quantizer.q_layout
         params = Fp8BlockQuantizeParams(
             q_dtype=quantizer.q_dtype,

@@ -16,6 +16,7 @@ import jax
 # Every op with a compiled kernel. Adding an op = adding its name here.
 KERNEL_OPS = (
     "fp8_quantize",
+    "fp8_block_quantize",  # CPU only so far
     "mxfp8_quantize",
     "nvfp4_amax",
     "nvfp4_quantize",

@@ -102,6 +102,8 @@ class OpSpec:
     - `unsharded(params, bind_inner, *args)`: the same on one device (no collectives).
     - `kernel_platforms`: the platforms with a compiled kernel; elsewhere the inner
       primitive lowers to the reference (the grouped GEMM is XLA's `ragged_dot` on CPU).
+    - `ffi_off_kernel_platforms`: what `impl="ffi"` does on a platform without a kernel:
+      `"reference"` (the op's documented lowering there) or `"error"`.
     """
 
     name: str
@@ -113,6 +115,7 @@ class OpSpec:
     partition: Callable[..., tuple]
     unsharded: Callable[..., tuple]
     kernel_platforms: tuple[str, ...] = ("cpu", "cuda")
+    ffi_off_kernel_platforms: str = "reference"
 
 
 class Op:
@@ -178,6 +181,17 @@ class Op:
         target = f"eqx_quant_{spec.name}_{platform}"
 
         def rule(ctx, *args, params):
+            if (
+                params.impl == "ffi"
+                and platform not in spec.kernel_platforms
+                and spec.ffi_off_kernel_platforms == "error"
+            ):
+                raise RuntimeError(
+                    f"eqx_quant: impl='ffi' was requested for {spec.name!r} on {platform}, "
+                    f"where it has no compiled kernel yet (kernels: "
+                    f"{', '.join(spec.kernel_platforms)}). Pass impl='auto' or "
+                    "impl='reference' to run its pure-JAX implementation there."
+                )
             if params.impl == "reference" or platform not in spec.kernel_platforms:
                 return reference_rule(ctx, *args, params=params)
             _ffi.require_kernels(platform, spec.name)

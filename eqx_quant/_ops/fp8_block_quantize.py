@@ -10,10 +10,10 @@ scale per 1x128 block or 128x128 tile of x's 2-D view `(R, C) = (prod S[:fa], pr
 
 Absent outputs are `(0,)`. Leading vmapped dims (`n_batch`) are independent examples.
 
-The op is declared once; no kernel is compiled for it yet, so every platform lowers it to
-the pure-JAX reference (`reference/fp8_block.py`), bit-exact with TE's kernels. The
-partition keeps each example whole (batch dims keep their sharding): block scales need every
-element of their block, and sharding the 2-D view is left to the kernels' partition rules.
+The op is declared once: the CPU kernel (`csrc/fp8_block/`) and the pure-JAX reference
+(`reference/fp8_block.py`, bit-exact with TE's kernels), which the GPU runs until its kernel
+lands (`impl="ffi"` raises there). The partition keeps each example whole (batch dims keep
+their sharding): block scales need every element of their block.
 """
 
 import dataclasses
@@ -21,6 +21,7 @@ import itertools
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
@@ -42,7 +43,12 @@ class Fp8BlockQuantizeParams:
     n_batch: int = 0
 
     def ffi_attrs(self) -> dict:
-        raise NotImplementedError("eqx_quant_fp8_block_quantize has no compiled kernel")
+        return dict(
+            n_batch=np.int64(self.n_batch), flatten_axis=np.int64(self.flatten_axis),
+            rowwise=bool(self.rowwise), colwise=bool(self.colwise), use_2d=bool(self.use_2d),
+            power_2_scales=bool(self.power_2_scales),
+            amax_epsilon=np.float32(self.amax_epsilon),
+        )
 
 
 def _views(params, shape) -> tuple[int, int]:
@@ -160,6 +166,7 @@ fp8_block_quantize_op = Op(
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,
-        kernel_platforms=(),
+        kernel_platforms=("cpu",),
+        ffi_off_kernel_platforms="error",
     )
 )

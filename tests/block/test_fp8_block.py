@@ -15,6 +15,9 @@ import eqx_quant as eqq
 from tests.oracle import fp8_block as oracle
 from tests.support.bytes import assert_same_bytes, f32_bits_equal
 from tests.support.cases import random_input
+from tests.support.kernels import impls
+
+IMPLS = impls()  # the CPU kernel (where built) and the pure-JAX reference
 
 L = eqq.QuantizeLayout
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
@@ -26,8 +29,8 @@ def _x(shape, dtype, seed=0, scale=4.0):
     return np.asarray(random_input(shape, dtype, seed=seed) * scale).astype(dtype)
 
 
-def _check(x, q, fa, what=""):
-    t = jax.jit(lambda x: eqq.quantize(x, q, fa))(jnp.asarray(x))
+def _check(x, q, fa, what="", impl="auto"):
+    t = jax.jit(lambda x: eqq.quantize(x, q, fa, impl=impl))(jnp.asarray(x))
     want = oracle.quantize(np.asarray(x), np.dtype(q.q_dtype), fa, q.use_2d, q.power_2_scales,
                            q.amax_epsilon)
     if q.q_layout.has_rowwise:
@@ -39,25 +42,27 @@ def _check(x, q, fa, what=""):
     return t, want
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("block", ["1x128", "128x128"])
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("shape,fa", SHAPES, ids=str)
-def test_matches_oracle(shape, fa, dtype, block):
+def test_matches_oracle(shape, fa, dtype, block, impl):
     x = _x(shape, DTYPES[dtype], seed=len(shape) + shape[0])
     x.reshape(-1)[:: 7] *= 300  # magnitudes that differ between blocks
-    _check(x, eqq.Float8BlockQuantizer(block=block), fa, f"{shape} {dtype} {block}")
+    _check(x, eqq.Float8BlockQuantizer(block=block), fa, f"{shape} {dtype} {block}", impl)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("q_dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2])
 @pytest.mark.parametrize("power_2", [True, False])
 @pytest.mark.parametrize("epsilon", [0.0, 0.25])
 @pytest.mark.parametrize("block", ["1x128", "128x128"])
-def test_scale_options_match_oracle(q_dtype, power_2, epsilon, block):
+def test_scale_options_match_oracle(q_dtype, power_2, epsilon, block, impl):
     x = _x((200, 260), jnp.bfloat16, seed=5, scale=0.5)
     x[:, 128:256] *= 1e-3  # blocks whose amax is below the epsilon
     q = eqq.Float8BlockQuantizer(q_dtype=q_dtype, block=block, power_2_scales=power_2,
                                  amax_epsilon=epsilon)
-    t, _ = _check(x, q, 1, f"{q}")
+    t, _ = _check(x, q, 1, f"{q}", impl)
     if power_2:  # every scale_inv a power of two: mantissa bits clear
         bits = np.asarray(t.rowwise.scale_inv).view(np.uint32)
         assert not (bits & 0x7FFFFF).any()
@@ -77,16 +82,17 @@ def _special_input(dtype):
     return x.astype(dtype)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("block", ["1x128", "128x128"])
 @pytest.mark.parametrize("power_2", [True, False])
-def test_special_values(dtype, block, power_2):
+def test_special_values(dtype, block, power_2, impl):
     """Zero blocks (scale 1), subnormal blocks (the scale overflows to x's dtype's largest
     value), values near the dtype's max, NaN (ignored by the amax, NaN out), +-Inf (amax inf:
     scale 1, the block saturates)."""
     x = _special_input(DTYPES[dtype])
     q = eqq.Float8BlockQuantizer(block=block, power_2_scales=power_2)
-    t, want = _check(x, q, 1, f"special {dtype} {block}")
+    t, want = _check(x, q, 1, f"special {dtype} {block}", impl)
     row_scale_inv = np.asarray(t.rowwise.scale_inv)
     assert (row_scale_inv[:, 0] == 1).all(), "a zero block has scale 1"
     data = np.asarray(t.rowwise.data).astype(np.float32)
@@ -130,12 +136,13 @@ def test_gemm_ready_scales():
             f32_bits_equal(back, compact, f"{block} round trip")
 
 
-def test_transforms_vmap_scan_grad():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_transforms_vmap_scan_grad(impl):
     x = jnp.asarray(_x((3, 64, 256), jnp.bfloat16, seed=13))
     q = eqq.Float8BlockQuantizer()
-    batched = jax.vmap(lambda e: eqq.quantize(e, q))(x)
+    batched = jax.vmap(lambda e: eqq.quantize(e, q, impl=impl))(x)
     for i in range(3):
-        one = eqq.quantize(x[i], q)
+        one = eqq.quantize(x[i], q, impl="reference")
         assert_same_bytes(batched.rowwise.data[i], one.rowwise.data, f"vmap row {i}")
         f32_bits_equal(batched.colwise.scale_inv[i], one.colwise.scale_inv, f"vmap col {i}")
         assert_same_bytes(jax.vmap(lambda t: t.dequantize())(batched)[i], one.dequantize(),
@@ -223,7 +230,15 @@ def test_bad_input():
     with pytest.raises(TypeError, match=r"power_2_scales must be a bool"):
         eqq.Float8BlockQuantizer(power_2_scales=1)
     x = jnp.ones((128, 128), jnp.float32)
-    with pytest.raises(ValueError, match=r"no compiled kernel yet; impl='auto'"):
-        eqq.quantize(x, eqq.Float8BlockQuantizer(), impl="ffi")
     with pytest.raises((ValueError, TypeError), match=r"Float8BlockQuantizer"):
         eqq.grouped_quantize(x, jnp.asarray([64, 64], jnp.int32), eqq.Float8BlockQuantizer())
+
+
+def test_ffi_without_a_kernel_raises():
+    """The GPU has no FP8 block kernel yet: impl='ffi' raises there, never a silent
+    fallback (checked on the lowering for CUDA, which needs no GPU)."""
+    x = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+    f = jax.jit(lambda x: eqq.quantize(x, eqq.Float8BlockQuantizer(), impl="ffi"))
+    with pytest.raises(RuntimeError, match=r"impl='ffi' was requested for 'fp8_block_quantize' "
+                                           r"on cuda, where it has no compiled kernel yet"):
+        f.trace(x).lower(lowering_platforms=("cuda",))
