@@ -21,7 +21,7 @@ namespace eqx_quant {
 
 inline constexpr int64_t kFp8Block = 128;
 
-inline constexpr int64_t Fp8Blocks(int64_t length) {
+EQX_QUANT_HOST_DEVICE inline constexpr int64_t Fp8Blocks(int64_t length) {
   return (length + kFp8Block - 1) / kFp8Block;
 }
 
