@@ -28,6 +28,9 @@ OPS = (
     "nvfp4_sr_row",
     "nvfp4_rht_sr_rowcol",
     "nvfp4_2d_rowcol",
+    "fp8_block_row",
+    "fp8_block_rowcol",
+    "fp8_block_2d_rowcol",
 ) + _grouped.OPS
 DEFAULT_SIZES = ("1024", "4096", "8192", "16384x4096")
 L2_DEFEAT_BYTES = 192 * 10**6
@@ -51,6 +54,11 @@ def _ours(op: str) -> Callable:
     layout = (
         eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
     )
+    if op.startswith("fp8_block"):
+        # "auto": the CPU kernel on a CPU; a GPU runs the reference until its kernel is on.
+        fb = eqq.Float8BlockQuantizer(block="128x128" if "_2d_" in op else "1x128",
+                                      q_layout=layout)
+        return lambda x, scale: eqq.quantize(x, fb, impl="auto")
     if op.startswith("mxfp8"):
         block_quantizer = eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, layout)
         if "dbias" in op:
@@ -89,6 +97,10 @@ def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
             if "rht" in op:
                 total += m * n * itemsize  # the RHT amax pass
         return total
+    if op.startswith("fp8_block"):
+        per_scale = 128 * 128 if "_2d_" in op else 128
+        copies = 2 if op.endswith("rowcol") else 1
+        return m * n * itemsize + copies * (m * n + 4 * (m * n // per_scale))
     if op.startswith("mxfp8"):
         total += m * n // 32  # E8M0 row scales
     if op.endswith("rowcol"):

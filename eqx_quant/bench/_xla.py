@@ -61,8 +61,41 @@ def rht16(x):
     return y.reshape(m, n).astype(jnp.bfloat16)
 
 
+def fp8_blocks(x, use_2d: bool):
+    """(E4M3 data, float32 scale_inv) of a 2-D `x` (dims multiples of 128) with one
+    power-of-two scale per 1x128 block or 128x128 tile, TE's formulas in plain jnp."""
+    m, n = x.shape
+    xf = x.astype(jnp.float32)
+    if use_2d:
+        amax = jnp.abs(xf).reshape(m // 128, 128, n // 128, 128).max(axis=(1, 3))
+    else:
+        amax = jnp.abs(xf).reshape(m, n // 128, 128).max(axis=-1)
+    scale = jnp.where(amax > 0, FP8_MAX / amax, 1.0)
+    scale = jax.lax.bitcast_convert_type(
+        jax.lax.bitcast_convert_type(scale, jnp.uint32) & jnp.uint32(0xFF800000), jnp.float32
+    )
+    rows = 128 if use_2d else 1
+    full = jnp.repeat(jnp.repeat(scale, rows, axis=0), 128, axis=1)
+    q = jnp.clip(xf * full, -FP8_MAX, FP8_MAX).astype(jnp.float8_e4m3fn)
+    return q, 1.0 / scale
+
+
 def xla(op: str) -> Callable:
     transposed = op.endswith("rowcol")
+    if op.startswith("fp8_block"):
+        use_2d = "_2d_" in op
+
+        def fp8_block(x, scale):
+            del scale
+            out = dict(zip(("row", "row_scale"), fp8_blocks(x, use_2d)))
+            if transposed:
+                if use_2d:
+                    out.update(col=out["row"].T, col_scale=out["row_scale"].T)
+                else:
+                    out.update(zip(("col", "col_scale"), fp8_blocks(x.T, False)))
+            return out
+
+        return fp8_block
     if op.startswith("nvfp4"):
 
         def nvfp4(x, scale):

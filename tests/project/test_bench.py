@@ -137,3 +137,24 @@ def test_gemm_bench_times_the_same_product_as_its_bf16_version(op):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype == jnp.bfloat16
         assert _sqnr_db(g, w) > floor, (op, _sqnr_db(g, w))
+
+
+def test_fp8_block_rows_run_and_their_hand_written_version_computes_the_same_op(tmp_path):
+    """The FP8 block rows (ours: eqx_quant.quantize with impl='auto'; XLA: plain jnp with
+    power-of-two scales) on normal inputs give the same bytes, so the speedup compares like
+    with like."""
+    out = tmp_path / "bench.json"
+    ops = ["fp8_block_row", "fp8_block_rowcol", "fp8_block_2d_rowcol"]
+    assert bench.main(["--sizes", "256x384", "--reps", "1", "--ops", *ops, "--json", str(out)]) == 0
+    assert [r["op"] for r in json.loads(out.read_text())["rows"]] == ops
+    with jax.default_device(jax.devices("cpu")[0]):
+        x = (jax.random.normal(jax.random.key(5), (256, 384)) * 3).astype(jnp.bfloat16)
+        for op in ops:
+            ours = _quantize._ours(op)(x, None)
+            xla = _xla.xla(op)(x, None)
+            pairs = [(ours.rowwise.data, xla["row"]), (ours.rowwise.scale_inv, xla["row_scale"])]
+            if op.endswith("rowcol"):
+                pairs += [(ours.colwise.data, xla["col"]),
+                          (ours.colwise.scale_inv, xla["col_scale"])]
+            for i, (a, b) in enumerate(pairs):
+                np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{op} {i}")
