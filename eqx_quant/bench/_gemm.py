@@ -18,6 +18,10 @@ The ops, at (M, K, N) (x is M x K, the weights K x N; the grouped ops split the 
   colwise copies, K-contiguous); against `jax.lax.ragged_dot` in bf16.
 - `bf16_grouped_gemm`: the same grouped GEMM op on bfloat16 tokens and (G, K, N) weights;
   against `jax.lax.ragged_dot` in bf16.
+- `pallas_grouped_gemm` (a peer, not ours): JAX's Pallas Mosaic-GPU `ragged_dot`
+  (`jax.experimental.pallas.ops.gpu.ragged_dot_mgpu`, Hopper) on the bf16 problem of
+  `bf16_grouped_gemm`, the best of a few tile configurations timed first; against
+  `jax.lax.ragged_dot`. Needs a CUDA device (skipped elsewhere).
 
 The grouped ops run once per `--gemm-groups` entry: `G` (M split evenly into G groups) or
 `zipfG` (group g of G gets rows in proportion to 1 / (g + 1), a skewed router).
@@ -33,8 +37,12 @@ from ._timing import measure, micro, timing_method
 
 GEMM_OPS = (
     "fp8_gemm", "fp8_dense_step", "mxfp8_gemm", "nvfp4_gemm", "fp8_grouped_gemm",
-    "mxfp8_grouped_gemm", "bf16_grouped_gemm",
+    "mxfp8_grouped_gemm", "bf16_grouped_gemm", "pallas_grouped_gemm",
 )
+# Tile configurations tried for the Pallas peer (block_m, block_n, block_k, steps,
+# grid_block_n), from the ranges of its own autotuning script.
+_PALLAS_CONFIGS = [(bm, bn, 64, steps, 1) for bm in (64, 128) for bn in (128, 256)
+                   for steps in (4, 5)]
 DEFAULT_GEMM_GROUPS = ("8",)
 DEFAULT_GEMM_SIZES = ("4096", "8192", "16384x4096x4096")
 GROUPS = 8
@@ -162,11 +170,42 @@ def gemm_case(op: str, m: int, k: int, n: int, groups: str = "8") -> tuple:
         return _grouped_case(eqq.BlockScaleQuantizer, m, k, n, key, groups)
     if op == "bf16_grouped_gemm":
         return _grouped_case(None, m, k, n, key, groups)
+    if op == "pallas_grouped_gemm":
+        return _pallas_case(m, k, n, key, groups)
     raise ValueError(f"op must be one of {GEMM_OPS}, got {op!r}")
+
+
+def _pallas_case(m: int, k: int, n: int, key, groups: str) -> tuple:
+    """JAX's Pallas Mosaic-GPU `ragged_dot` on `bf16_grouped_gemm`'s problem, in its fastest
+    configuration of `_PALLAS_CONFIGS` (each timed once; those that do not fit are skipped)."""
+    from jax.experimental.pallas.ops.gpu import ragged_dot_mgpu
+
+    _, xs, (w, sizes), xla, xla_xs, xla_shared, flops = _grouped_case(None, m, k, n, key, groups)
+    best, best_seconds = None, float("inf")
+    for bm, bn, bk, steps, grid_n in _PALLAS_CONFIGS:
+        if n % (bn * grid_n) or k % bk:
+            continue
+
+        def peer(x, w, sizes, bm=bm, bn=bn, bk=bk, steps=steps, grid_n=grid_n):
+            return ragged_dot_mgpu.ragged_dot(
+                x, w, group_sizes=sizes, block_m=bm, block_n=bn, block_k=bk,
+                max_concurrent_steps=steps, grid_block_n=grid_n)
+
+        try:
+            seconds = measure(peer, xs, (w, sizes), 2)["seconds"]
+        except Exception:  # noqa: BLE001 - a configuration that does not compile or fit
+            continue
+        if seconds < best_seconds:
+            best, best_seconds = peer, seconds
+    if best is None:
+        raise RuntimeError("no Pallas ragged_dot configuration ran on this device")
+    return best, xs, (w, sizes), xla, xla_xs, xla_shared, flops
 
 
 def _applies(op: str, m: int, k: int, n: int) -> str | None:
     """Why `op` cannot run at (m, k, n), or None."""
+    if op == "pallas_grouped_gemm" and jax.default_backend() != "gpu":
+        return "needs a CUDA device (Pallas Mosaic GPU)"
     block = 32 if "mxfp8" in op else 16 if "nvfp4" in op else 1
     if (m % block or k % block or n % block) and block > 1:
         return f"needs multiples of {block}"
