@@ -49,7 +49,10 @@ if(_eqx_quant_build_gemm)
   set(_eqx_quant_type_E4m3 "cutlass::float_e4m3_t")
   set(_eqx_quant_type_E5m2 "cutlass::float_e5m2_t")
   set(_eqx_quant_type_F32 "float")
-  set(_eqx_quant_gemm_sources gemm/grouped_gemm_dispatch_cuda.cu gemm/handlers_cuda.cu)
+  # The FP8 block-scaled GEMM (gemm/fp8_block_gemm_cuda.h): one file per B scale granularity.
+  set(_eqx_quant_gemm_sources gemm/grouped_gemm_dispatch_cuda.cu gemm/handlers_cuda.cu
+    gemm/fp8_block_gemm_handler_cuda.cu gemm/fp8_block_gemm_tiles_cuda.cu
+    gemm/fp8_block_gemm_rows_cuda.cu)
   foreach(_instance IN LISTS _eqx_quant_gemm_instances)
     string(REPLACE ":" ";" _parts "${_instance}")
     list(GET _parts 0 A)

@@ -11,6 +11,12 @@ from ._ffi import (
     native_platforms as native_platforms,
 )
 from ._sharding import pmax_amax as pmax_amax
+from .fp8_block_gemm import (
+    Fp8BlockGemmParams as Fp8BlockGemmParams,
+)
+from .fp8_block_gemm import (
+    fp8_block_gemm_op as fp8_block_gemm_op,
+)
 from .fp8_block_quantize import (
     Fp8BlockQuantizeParams as Fp8BlockQuantizeParams,
 )

@@ -26,6 +26,7 @@ KERNEL_OPS = (
     "grouped_dbias",
     "group_sizes_check",  # CPU only: the GPU checks with eqx.error_if
     "grouped_gemm",  # CUDA only, when built with CUTLASS
+    "fp8_block_gemm",  # CUDA only, when built with CUTLASS
 )
 
 _LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}
@@ -82,11 +83,11 @@ def library_paths() -> dict[str, str]:
 def require_kernels(platform: str, op: str) -> None:
     if op in native_ops(platform):
         return
-    if op == "grouped_gemm" and platform in _loaded():
+    if op in ("grouped_gemm", "fp8_block_gemm") and platform in _loaded():
         raise RuntimeError(
             f"eqx_quant: the CUDA kernel library {_loaded()[platform][0]} was built without "
-            "the CUTLASS grouped GEMM, which grouped_gemm, grouped_wgrad and grouped_dense run "
-            "on a GPU. Rebuild with CUTLASS's headers in the build environment (the "
+            f"the CUTLASS GEMMs, which {op!r} runs on a GPU (as do grouped_gemm, grouped_wgrad "
+            "and grouped_dense). Rebuild with CUTLASS's headers in the build environment (the "
             "nvidia-cutlass wheel, a build requirement, or EQX_QUANT_CUTLASS_INCLUDE_DIR); "
             "EQX_QUANT_CUTLASS=ON makes missing headers a build error (docs/gemm.md)."
         )
