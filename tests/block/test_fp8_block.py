@@ -188,7 +188,8 @@ def test_gemm_within_float32_bound(lhs_block, rhs_block):
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
 @pytest.mark.parametrize("axis_type", ["auto", "explicit"])
 def test_sharded_jit_equals_one_device(axis_type):
-    types = jax.sharding.AxisType.Explicit if axis_type == "explicit" else jax.sharding.AxisType.Auto
+    axis = jax.sharding.AxisType
+    types = axis.Explicit if axis_type == "explicit" else axis.Auto
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(types, types))
     x = jnp.asarray(_x((256, 256), jnp.bfloat16, seed=29))
     q = eqq.Float8BlockQuantizer(block="128x128")
