@@ -28,7 +28,8 @@ def _one(v, t) -> jax.Array:
     count = max(v.size, 1)
     nonzero = jnp.maximum(jnp.sum(v != 0, dtype=jnp.float32), 1.0)
     scale_inv = part.scale_inv
-    scale = (1.0 / scale_inv.astype(jnp.float32).reshape(())) if scale_inv.size == 1 else jnp.nan
+    per_tensor = part.scaling_mode.is_tensor_scaling and scale_inv.size == 1
+    scale = (1.0 / scale_inv.astype(jnp.float32).reshape(())) if per_tensor else jnp.nan
     return jnp.stack([
         jnp.asarray(scale, jnp.float32),
         jnp.max(jnp.abs(v)) if v.size else jnp.float32(0),
