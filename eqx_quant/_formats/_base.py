@@ -72,10 +72,13 @@ class AbstractFormat(eqx.Module):
 
     @abc.abstractmethod
     def grouped_quantize(
-        self, x2d, group_sizes, quantizer, *, rows_per_unit: int, impl: str, key_words
+        self, x2d, group_sizes, quantizer, *, rows_per_unit: int, impl: str, key_words,
+        one_group_per_unit: bool = False,
     ) -> tuple[PartArrays, PartArrays]:
         """Quantize the (R, N) rows of a grouped tensor: the rowwise and the colwise part
-        (only those the quantizer's layout asks for are read by the caller)."""
+        (only those the quantizer's layout asks for are read by the caller).
+        `one_group_per_unit`: group g is unit g (`group_sizes=None`, a weight-like
+        `[G, K, N]`), which lets a partition split the groups over devices."""
 
     @abc.abstractmethod
     def dequantize(self, data, scale_inv, amax, meta) -> Array:

@@ -57,7 +57,9 @@ class FP8BlockFormat(AbstractFormat):
             dbias=dbias,
         )
 
-    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words):
+    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
+                         one_group_per_unit=False):
+        del one_group_per_unit
         raise ValueError(
             "eqx_quant: grouped quantization does not support Float8BlockQuantizer yet (FP8 "
             "block scaling); use it through quantize / gemm / dense, or group with "

@@ -50,7 +50,9 @@ class MXFP8Format(AbstractFormat):
             dbias=dbias if with_dbias else None,
         )
 
-    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words):
+    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
+                         one_group_per_unit=False):
+        del one_group_per_unit  # the scale buffers are laid out for the whole tensor
         del key_words
         layout = quantizer.q_layout
         params = GroupedParams(

@@ -99,7 +99,9 @@ class NVFP4Format(AbstractFormat):
             dbias=dbias,
         )
 
-    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words):
+    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
+                         one_group_per_unit=False):
+        del one_group_per_unit  # the scale buffers are laid out for the whole tensor
         groups = group_sizes.shape[0]
         amax = group_amax(x2d, group_sizes, rows_per_unit)
         sr = quantizer.stochastic_rounding

@@ -65,7 +65,8 @@ class TensorScalingFormat(AbstractFormat):
             dbias=dbias if with_dbias else None,
         )
 
-    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words):
+    def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
+                         one_group_per_unit=False):
         del key_words
         current = isinstance(quantizer, CurrentScaleQuantizer)
         if current:
@@ -77,6 +78,7 @@ class TensorScalingFormat(AbstractFormat):
         params = GroupedParams(
             kind="fp8", q_dtype=quantizer.q_dtype, rows_per_unit=rows_per_unit, impl=impl,
             rowwise=layout.has_rowwise, colwise=layout.has_colwise,
+            one_group_per_unit=one_group_per_unit,
         )
         row, col, scale_inv, kernel_amax = grouped_fp8_quantize_op.bind(
             x2d, scale, group_sizes, params=params

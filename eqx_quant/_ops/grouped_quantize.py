@@ -12,7 +12,13 @@ reference and the kernels.
 
 `x` is the 2-D view `Bt + (R, N)` (`Bt` = vmapped batch dims, each example its own grouped
 problem). The ragged row axis is never split across devices: the partition keeps it whole
-(batch dims keep their sharding, and `grouped_dbias` its column sharding).
+(batch dims keep their sharding, and `grouped_dbias` its column sharding), except for the
+per-tensor FP8 op and dbias when group g is unit g (`one_group_per_unit`, a weight-like
+`[G, K, N]` quantized with `group_sizes=None`) and the rows are sharded along whole groups:
+each device then quantizes its own experts (expert parallelism), its results sharded the same
+way (the FP8 op's per-group transposed copies are consecutive per group, so its flat colwise
+buffer splits along the groups too). The block formats' scale buffers are laid out for the
+whole tensor, so their rows stay whole.
 """
 
 import dataclasses
@@ -43,6 +49,9 @@ class GroupedParams:
     use_2d: bool = False
     stochastic_rounding: bool = False
     n_batch: int = 0
+    # Group g is unit g (a weight-like `[G, K, N]`, `group_sizes=None`): the FP8 and dbias
+    # ops may then split the groups over devices (see the module doc).
+    one_group_per_unit: bool = False
 
     @property
     def block(self) -> int:
@@ -143,13 +152,35 @@ def _example_ranks(params) -> tuple[int, ...]:
 def _sharding_rule(params, mesh, value_types, result_types):
     """Batch dims are shared; the columns are shared with dbias; every other dim is its own
     factor (the ragged rows never propagate a sharding)."""
-    del mesh, value_types
+    del mesh
     nb = params.n_batch
     b = _sharding.factors("b", nb)
     counter = itertools.count()
 
     def fresh(k):
         return [f"u{next(counter)}" for _ in range(k)]
+
+    def join(groups):
+        return ", ".join(" ".join(g) for g in groups)
+
+    if params.one_group_per_unit and params.kind in ("fp8", "dbias"):
+        # Group g is unit g: the rows are (g k) with k = rows_per_unit, and every per-group
+        # operand and result splits along g (the FP8 op's flat colwise copy as (g w), w the
+        # elements of one group).
+        k = params.rows_per_unit
+        n = value_types[0].shape[-1]
+        x = b + ["(g k)", "n"]
+        operands = [x] + [b + ["g"] + fresh(r - 1) for r in _example_ranks(params)]
+        sizes = {"k": k}
+        if params.kind == "dbias":
+            results = [b + ["g", "n"]]
+        else:
+            shapes = [["(g k)"] + fresh(1), ["(g w)"], ["g"], ["g"]]
+            results = [b + shape if present else fresh(1)
+                       for shape, present in zip(shapes, _present(params))]
+            if params.colwise:
+                sizes["w"] = k * n
+        return f"{join(operands)} -> {join(results)}", sizes
 
     x = b + ["r", "n"]
     operands = [x] + [b + fresh(k) for k in _example_ranks(params)]
@@ -161,11 +192,16 @@ def _sharding_rule(params, mesh, value_types, result_types):
             results.append(fresh(1))
         else:
             results.append(b + fresh(len(t.shape) - nb))
-
-    def join(groups):
-        return ", ".join(" ".join(g) for g in groups)
-
     return f"{join(operands)} -> {join(results)}"
+
+
+def _group_axes(params, mesh, spec, groups: int):
+    """The mesh axes the rows may be split over: those of x's row dim when group g is unit g,
+    the op lays its outputs out per group (FP8, dbias) and the groups split evenly."""
+    rows = spec[params.n_batch]
+    if not params.one_group_per_unit or params.kind not in ("fp8", "dbias") or rows is None:
+        return None
+    return rows if groups % _sharding.shard_count(mesh, rows) == 0 else None
 
 
 def _partition(params, mesh, arg_infos, result_infos):
@@ -175,19 +211,21 @@ def _partition(params, mesh, arg_infos, result_infos):
     spec = _sharding.keep_divisible(mesh, x_info.shape, spec)
     batch = spec[:nb]
     cols = spec[nb + 1] if params.kind == "dbias" else None
-    x_spec = PartitionSpec(*batch, None, cols)
+    groups = arg_infos[-1].shape[-1]
+    rows = _group_axes(params, mesh, spec, groups)
+    x_spec = PartitionSpec(*batch, rows, cols)
     arg_specs = (x_spec,) + tuple(
-        PartitionSpec(*batch, *([None] * k)) for k in _example_ranks(params)
+        PartitionSpec(*batch, rows, *([None] * (k - 1))) for k in _example_ranks(params)
     )
     result_specs = []
     for info, present in zip(result_infos, _present(params)):
         rank = len(info.shape)
         if params.kind == "dbias":
-            result_specs.append(PartitionSpec(*batch, None, cols))
+            result_specs.append(PartitionSpec(*batch, rows, cols))
         elif not present:
             result_specs.append(PartitionSpec(None))
         else:
-            result_specs.append(PartitionSpec(*batch, *([None] * (rank - nb))))
+            result_specs.append(PartitionSpec(*batch, rows, *([None] * (rank - nb - 1))))
 
     def local_fn(bind_inner, *args):
         return bind_inner(*args, params=params)

@@ -45,6 +45,7 @@ class _Config:
     x_dtype: str
     x_sharding: jax.sharding.NamedSharding | None  # in x's type (Explicit axes), else None
     fn: str  # the public function, for messages
+    one_group_per_unit: bool  # group_sizes=None: group g is unit g (a weight-like [G, K, N])
 
     def layout(self, mode, data_layout: str, is_colwise: bool) -> GroupedLayout:
         return GroupedLayout(
@@ -93,7 +94,8 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
     layout = quantizer.q_layout
     mode = quantizer.scaling_mode
     rows, cols = format_of(mode).grouped_quantize(
-        x2d, group_sizes, quantizer, rows_per_unit=rpu, impl=config.impl, key_words=key_words
+        x2d, group_sizes, quantizer, rows_per_unit=rpu, impl=config.impl, key_words=key_words,
+        one_group_per_unit=config.one_group_per_unit,
     )
 
     def part(arrays):
@@ -115,12 +117,16 @@ def _forward(config: _Config, x, group_sizes, quantizer_arrays, key_words):
         rowwise=part(rows) if layout.has_rowwise else None,
         colwise=part(cols) if layout.has_colwise else None,
     )
-    dbias = _dbias(x2d, group_sizes, rpu, config.impl, shape[fa:]) if config.with_dbias else None
+    dbias = None
+    if config.with_dbias:
+        dbias = _dbias(x2d, group_sizes, rpu, config.impl, shape[fa:], config.one_group_per_unit)
     return tensor, dbias
 
 
-def _dbias(x2d, group_sizes, rpu: int, impl: str, tail: tuple[int, ...]):
-    params = GroupedParams(kind="dbias", rows_per_unit=rpu, impl=impl)
+def _dbias(x2d, group_sizes, rpu: int, impl: str, tail: tuple[int, ...],
+           one_group_per_unit: bool = False):
+    params = GroupedParams(kind="dbias", rows_per_unit=rpu, impl=impl,
+                           one_group_per_unit=one_group_per_unit)
     (db,) = grouped_dbias_op.bind(x2d, group_sizes, params=params)  # in x's dtype
     return db.reshape((group_sizes.shape[0],) + tail)
 
@@ -178,11 +184,13 @@ _grouped_ste.defvjp(_grouped_ste_fwd, _grouped_ste_bwd)
 def _run(fn, x, group_sizes, quantizer, flatten_axis, key, check, impl, with_dbias):
     fa = check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key)
     check_sizes_now(fn, group_sizes, x.shape[0], check, _token_matrix_name(fn))
+    one_group_per_unit = group_sizes is None
     if group_sizes is None:
         group_sizes = jnp.ones((x.shape[0],), jnp.int32)
     arrays, static = eqx.partition(quantizer, eqx.is_array)
     config = _Config(
-        static, fa, impl, with_dbias, bool(check), x.shape, x.dtype.name, explicit_sharding(x), fn
+        static, fa, impl, with_dbias, bool(check), x.shape, x.dtype.name, explicit_sharding(x), fn,
+        one_group_per_unit,
     )
     key_words = None if key is None else key_words_of(fn, key)
     return _grouped_ste(config, x, group_sizes, arrays, key_words)
