@@ -38,6 +38,12 @@ from .group_sizes_check import (
 from .group_sizes_check import (
     group_sizes_check_op as group_sizes_check_op,
 )
+from .grouped_dequantize import (
+    GroupedDequantizeParams as GroupedDequantizeParams,
+)
+from .grouped_dequantize import (
+    grouped_mxfp8_dequantize_op as grouped_mxfp8_dequantize_op,
+)
 from .grouped_gemm import (
     GroupedGemmParams as GroupedGemmParams,
 )

@@ -27,6 +27,7 @@ KERNEL_OPS = (
     "group_sizes_check",  # CPU only: the GPU checks with eqx.error_if
     "grouped_gemm",  # CUDA only, when built with CUTLASS
     "fp8_block_gemm",  # CUDA only, when built with CUTLASS
+    "grouped_mxfp8_dequantize",  # CUDA only
 )
 
 _LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}

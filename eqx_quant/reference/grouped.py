@@ -354,3 +354,27 @@ def grouped_dbias(x, group_sizes, *, rows_per_unit) -> Float[Array, "G N"]:
 
     out, _, _ = _scan_groups(x, group_sizes, rows_per_unit, init, body)
     return out
+
+
+def grouped_mxfp8_rows_bf16(data, scales, group_sizes, *, rows_per_unit: int):
+    """A grouped MXFP8 rowwise part's `(R, N)` rows as bfloat16 (`data`: FP8 `(R, N)`,
+    `scales`: its swizzled uint8 buffer): each payload times its E8M0 block scale, rounded
+    once; rows of no group 0 (what the grouped GEMM multiplies on Hopper)."""
+    r, n = data.shape
+    groups = group_sizes.shape[0]
+    starts, counts = group_bounds(group_sizes, rows_per_unit, r)
+    gid = row_groups(starts, counts, r)
+    g = jnp.minimum(gid, groups - 1)
+    regions = scale_regions(counts, n, mxfp8.MX_BLOCK, colwise=False)
+    nb = -(-n // mxfp8.MX_BLOCK)
+    i = (jnp.arange(r, dtype=jnp.int32) - starts[g])[:, None]
+    j = jnp.arange(nb, dtype=jnp.int32)[None, :]
+    at = regions.offsets[g][:, None] + mxfp8.swizzle_offset(i, j, regions.padded_cols[g][:, None])
+    inside = (gid < groups)[:, None]
+    at = jnp.where(inside, at, 0)
+    e = mxfp8.byte_view(scales)[at]
+    q = jnp.pad(mxfp8.byte_view(data), ((0, 0), (0, nb * mxfp8.MX_BLOCK - n)))
+    y = mxfp8.decode_blocks(q.reshape(-1, mxfp8.MX_BLOCK), e.reshape(-1),
+                            q_name=mxfp8.dtype_name(data.dtype))
+    y = y.reshape(r, nb * mxfp8.MX_BLOCK)[:, :n]
+    return mxfp8.round_to_dtype(jnp.where(inside, y, jnp.float32(0)), jnp.bfloat16)
