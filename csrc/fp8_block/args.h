@@ -24,6 +24,8 @@
 
 namespace eqx_quant {
 
+// The op's attributes, decoded by name (fp8_block/binding.h; an aggregate: its
+// members in the order of the binding's struct decoding).
 struct Fp8BlockQuantizeAttrs {
   int64_t n_batch = 0;
   int64_t flatten_axis = 0;

@@ -10,6 +10,7 @@
 #include "ffi/cuda_launch_error.h"
 #include "ffi/handler_preamble.h"
 #include "fp8_block/args.h"
+#include "fp8_block/binding.h"
 #include "fp8_block/quantize_cuda.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -26,11 +27,7 @@ ffi::Error ToError(const cuda::Fp8BlockLaunchStatus& status) {
 ffi::Error Fp8BlockQuantizeCudaImpl(
     cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> row,
     ffi::Result<ffi::AnyBuffer> row_scale, ffi::Result<ffi::AnyBuffer> col,
-    ffi::Result<ffi::AnyBuffer> col_scale, int64_t n_batch, int64_t flatten_axis,
-    bool rowwise, bool colwise, bool use_2d, bool power_2_scales,
-    float amax_epsilon) {
-  const Fp8BlockQuantizeAttrs attrs{n_batch, flatten_axis, rowwise, colwise,
-                                    use_2d,  power_2_scales, amax_epsilon};
+    ffi::Result<ffi::AnyBuffer> col_scale, Fp8BlockQuantizeAttrs attrs) {
   return EnqueueCudaKernel(
       PrepareFp8BlockQuantize(x, *row, *row_scale, *col, *col_scale, attrs),
       cuda::Fp8BlockQuantize, stream, ToError);
@@ -39,19 +36,7 @@ ffi::Error Fp8BlockQuantizeCudaImpl(
 }  // namespace
 }  // namespace eqx_quant
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8BlockQuantizeCuda,
-                              eqx_quant::Fp8BlockQuantizeCudaImpl,
-                              eqx_quant::BindCudaStream()
-                                  .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>()
-                                  .Attr<int64_t>("n_batch")
-                                  .Attr<int64_t>("flatten_axis")
-                                  .Attr<bool>("rowwise")
-                                  .Attr<bool>("colwise")
-                                  .Attr<bool>("use_2d")
-                                  .Attr<bool>("power_2_scales")
-                                  .Attr<float>("amax_epsilon"),
-                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    Fp8BlockQuantizeCuda, eqx_quant::Fp8BlockQuantizeCudaImpl,
+    eqx_quant::BindFp8BlockQuantizeOperands(eqx_quant::BindCudaStream()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
