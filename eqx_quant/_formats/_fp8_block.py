@@ -14,10 +14,12 @@ from ._base import AbstractFormat, PartArrays, Quantized
 
 
 class FP8BlockFormat(AbstractFormat):
-    """The colwise copy is stored transposed, its blocks along its own rows. A payload times
-    its float32 scale has up to 28 significant bits: the values do not fit bfloat16, so
-    GEMMs multiply them in float32 (a GPU applies the scales to the partial sums of each
-    128-long block of the contraction instead). No tensor-level scale: its amax is 0."""
+    """The colwise copy is stored transposed, its blocks along its own rows. Without
+    power-of-two scales a payload times its float32 scale has up to 28 significant bits: the
+    values do not fit bfloat16, so `gemm` multiplies them in float32 (the CUTLASS kernel of
+    `eqx_quant_fp8_block_gemm`, once it has run on the H200, applies the scales to the
+    partial sums of each 128-long block of the contraction instead). No tensor-level scale:
+    its amax is 0."""
 
     modes: ClassVar[tuple[ScalingMode, ...]] = (
         ScalingMode.FP8_BLOCK_1D_SCALING,
