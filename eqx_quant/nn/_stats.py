@@ -15,7 +15,8 @@ _FIELDS = ("scale", "amax", "saturated", "flushed")
 
 def _one(v, t) -> jax.Array:
     """`[scale, amax, saturated, flushed]` of operand v (any rank, as quantized) and its
-    quantized tensor t. The scale is NaN for block formats (one per block)."""
+    quantized tensor t. The scale is NaN where t has more than one (block formats; a block
+    format's tensor of one block reports that block's)."""
     part = t.rowwise if t.rowwise is not None else t.colwise
     v = v.astype(jnp.float32)
     deq = part.dequantize().astype(jnp.float32).reshape(v.shape)
@@ -28,8 +29,7 @@ def _one(v, t) -> jax.Array:
     count = max(v.size, 1)
     nonzero = jnp.maximum(jnp.sum(v != 0, dtype=jnp.float32), 1.0)
     scale_inv = part.scale_inv
-    per_tensor = part.scaling_mode.is_tensor_scaling and scale_inv.size == 1
-    scale = (1.0 / scale_inv.astype(jnp.float32).reshape(())) if per_tensor else jnp.nan
+    scale = (1.0 / scale_inv.astype(jnp.float32).reshape(())) if scale_inv.size == 1 else jnp.nan
     return jnp.stack([
         jnp.asarray(scale, jnp.float32),
         jnp.max(jnp.abs(v)) if v.size else jnp.float32(0),
