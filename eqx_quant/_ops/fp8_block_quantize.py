@@ -84,12 +84,16 @@ def _reference_one(params, x):
     empty_q = jnp.zeros((0,), params.q_dtype)
     empty_s = jnp.zeros((0,), jnp.float32)
     row, row_scale, col, col_scale = empty_q, empty_s, empty_q, empty_s
-    if params.rowwise:
-        q, row_scale = fp8_block.quantize_2d(x2d, **kw)
-        row = q.reshape(s)
+    if params.rowwise or params.use_2d:
+        q, scale = fp8_block.quantize_2d(x2d, **kw)
+        if params.rowwise:
+            row, row_scale = q.reshape(s), scale
     if params.colwise:
-        q, col_scale = fp8_block.quantize_2d(x2d.T, **kw)
-        col = q.reshape(s[fa:] + s[:fa])
+        if params.use_2d:  # a 128x128 tile's scale is its transpose's: the same values
+            q_t, col_scale = q.T, scale.T
+        else:
+            q_t, col_scale = fp8_block.quantize_2d(x2d.T, **kw)
+        col = q_t.reshape(s[fa:] + s[:fa])
     return row, row_scale, col, col_scale
 
 
