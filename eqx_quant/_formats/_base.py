@@ -13,10 +13,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import equinox as eqx
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 from jaxtyping import Array
 
 from .._core import ScalingMode, with_auto_axes
+from .._ops import dbias_only_params, fp8_quantize_op
 from ..reference import grouped, mxfp8
 
 
@@ -123,3 +125,12 @@ def group_amax(x2d, group_sizes, rows_per_unit: int):
     """Per-group amax (replicated); under Explicit mesh axes computed as under Auto axes."""
     fn = functools.partial(grouped.group_amax, rows_per_unit=rows_per_unit)
     return with_auto_axes(fn, like=x2d, out_spec=PartitionSpec())(x2d, group_sizes)
+
+
+def canonical_dbias(x, flatten_axis: int, impl: str):
+    """The bias gradient of x from the FP8 op's dbias-only form (no FP8 output): its
+    canonical tree sum, in x's dtype, for formats whose own op computes none (one more read
+    of x)."""
+    one = jnp.ones((1,), jnp.float32)
+    *_, dbias = fp8_quantize_op.bind(x, one, params=dbias_only_params(0, flatten_axis, impl))
+    return dbias

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from .._core import ScalingMode
-from .._ops import Fp8BlockQuantizeParams, dbias_only_params, fp8_block_quantize_op, fp8_quantize_op
+from .._ops import Fp8BlockQuantizeParams, fp8_block_quantize_op
 from ..reference import cast_canonical, fp8_block
-from ._base import AbstractFormat, PartArrays, Quantized
+from ._base import AbstractFormat, PartArrays, Quantized, canonical_dbias
 
 
 class FP8BlockFormat(AbstractFormat):
@@ -46,13 +46,7 @@ class FP8BlockFormat(AbstractFormat):
         )
         row, row_scale, col, col_scale = fp8_block_quantize_op.bind(x, params=params)
         amax = jnp.zeros((1,), jnp.float32)
-        dbias = None
-        if with_dbias:
-            # The FP8 op with no FP8 output: its canonical tree sum only.
-            one = jnp.ones((1,), jnp.float32)
-            *_, dbias = fp8_quantize_op.bind(
-                x, one, params=dbias_only_params(0, flatten_axis, impl)
-            )
+        dbias = canonical_dbias(x, flatten_axis, impl) if with_dbias else None
         return Quantized(
             rowwise=PartArrays(row, row_scale, amax, "N", False) if layout.has_rowwise else None,
             colwise=PartArrays(col, col_scale, amax, "T", True) if layout.has_colwise else None,

@@ -12,15 +12,13 @@ from .._ops import (
     GroupedParams,
     Nvfp4AmaxParams,
     Nvfp4QuantizeParams,
-    dbias_only_params,
-    fp8_quantize_op,
     grouped_nvfp4_quantize_op,
     nvfp4_amax_op,
     nvfp4_quantize_op,
     pmax_amax,
 )
 from ..reference import blocks_nd, mxfp8, nvfp4
-from ._base import AbstractFormat, PartArrays, Quantized, group_amax
+from ._base import AbstractFormat, PartArrays, Quantized, canonical_dbias, group_amax
 
 # A global amax whose decode scale `fl(amax / 2688)` is exactly 1: dequantizing with it
 # leaves the float32 global scale out of an NVFP4 operand.
@@ -84,11 +82,7 @@ class NVFP4Format(AbstractFormat):
             x, amax, col_amax, key, offset, params=params
         )
         mask = quantizer.rht_sign_mask if use_rht else None
-        dbias = None
-        if with_dbias:
-            # The FP8 op with no FP8 output: its canonical tree sum only (one more read of x).
-            one = jnp.ones((1,), jnp.float32)
-            *_, dbias = fp8_quantize_op.bind(x, one, params=dbias_only_params(0, fa, impl))
+        dbias = canonical_dbias(x, fa, impl) if with_dbias else None
         return Quantized(
             rowwise=PartArrays(row, row_scale, amax, "N", False)
             if layout.has_rowwise
