@@ -122,12 +122,19 @@ inline __attribute__((always_inline)) void QuantizeTile(
 }
 
 template <typename Input, typename Format>
-void QuantizeTiles(const Fp8BlockQuantizeProblem& p, const Fp8BlockQuantizeBuffers& buf,
-                   int64_t begin, int64_t end) {
+inline __attribute__((always_inline)) void QuantizeTileRange(
+    const Fp8BlockQuantizeProblem& p, const Fp8BlockQuantizeBuffers& buf, int64_t begin,
+    int64_t end) {
   const Workspace ws = ThreadWorkspace();
   for (int64_t task = begin; task < end; ++task) {
     QuantizeTile<Input, Format>(p, buf, ws, task);
   }
+}
+
+template <typename Input, typename Format>
+void QuantizeTiles(const Fp8BlockQuantizeProblem& p, const Fp8BlockQuantizeBuffers& buf,
+                   int64_t begin, int64_t end) {
+  QuantizeTileRange<Input, Format>(p, buf, begin, end);
 }
 
 // The FP8 rounding needs per-lane variable shifts, which x86-64's baseline
@@ -139,10 +146,7 @@ template <typename Input, typename Format>
 __attribute__((target("avx2"))) void QuantizeTilesAvx2(
     const Fp8BlockQuantizeProblem& p, const Fp8BlockQuantizeBuffers& buf, int64_t begin,
     int64_t end) {
-  const Workspace ws = ThreadWorkspace();
-  for (int64_t task = begin; task < end; ++task) {
-    QuantizeTile<Input, Format>(p, buf, ws, task);
-  }
+  QuantizeTileRange<Input, Format>(p, buf, begin, end);
 }
 #endif
 
