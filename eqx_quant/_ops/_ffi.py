@@ -30,6 +30,9 @@ KERNEL_OPS = (
     "grouped_mxfp8_dequantize",  # CUDA only
 )
 
+# The ops whose CUDA kernels are built on CUTLASS (absent from a build without its headers).
+CUTLASS_OPS = ("grouped_gemm", "fp8_block_gemm")
+
 _LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}
 
 
@@ -84,7 +87,7 @@ def library_paths() -> dict[str, str]:
 def require_kernels(platform: str, op: str) -> None:
     if op in native_ops(platform):
         return
-    if op in ("grouped_gemm", "fp8_block_gemm") and platform in _loaded():
+    if op in CUTLASS_OPS and platform in _loaded():
         raise RuntimeError(
             f"eqx_quant: the CUDA kernel library {_loaded()[platform][0]} was built without "
             f"the CUTLASS GEMMs, which {op!r} runs on a GPU (as do grouped_gemm, grouped_wgrad "
