@@ -1,8 +1,8 @@
 """What a scaling format is: everything that differs between scaling modes, in one contract.
 
-Each final format (`_tensor_scaling.py`, `_mxfp8.py`, `_nvfp4.py`) says, for its modes:
+Each final format (`_tensor_scaling.py`, `_mxfp8.py`, `_nvfp4.py`, `_fp8_block.py`) says, for its modes:
 which op quantizes (dense and grouped) and how the op's outputs become parts, how a part is
-dequantized, what a GEMM multiplies (the payloads, or the exact values) and what factor
+dequantized, what a GEMM multiplies (the payloads, the exact values, or a block-scaled product) and what factor
 scales the product, and how its scales are laid out (block size, colwise orientation).
 Nothing outside `_formats/` branches on the scaling mode.
 """
@@ -40,6 +40,16 @@ class Quantized(NamedTuple):
     rowwise: PartArrays | None
     colwise: PartArrays | None
     dbias: Array | None
+
+
+class GemmView(NamedTuple):
+    """A GEMM operand's 2-D view, as the format decides on a block-scaled GEMM: rows x the
+    contraction (trailing), its payload dtype and scaling mode."""
+
+    rows: int
+    k: int
+    dtype: jnp.dtype
+    mode: ScalingMode
 
 
 class AbstractFormat(eqx.Module):
@@ -119,6 +129,17 @@ class AbstractFormat(eqx.Module):
         """What scales a product of payloads or exact values, per tensor (or group); None
         where the operand values are already complete."""
         return None
+
+    def has_scaled_gemm(self, lhs: GemmView, rhs: GemmView) -> bool:
+        """Whether `scaled_gemm` multiplies this pair (a block-scaled GEMM of the payloads,
+        the scales applied to partial sums); else the GEMM multiplies dequantized values."""
+        del lhs, rhs
+        return False
+
+    def scaled_gemm(self, lhs: GemmView, rhs: GemmView, a, a_scale, b, b_scale) -> Array:
+        """The float32 `(M, N)` product of two parts' 2-D views (`a (M, K)`, `b (N, K)`, the
+        contraction trailing, with their compact scales), where `has_scaled_gemm`."""
+        raise NotImplementedError(f"{type(self).__name__} has no block-scaled GEMM")
 
 
 def group_amax(x2d, group_sizes, rows_per_unit: int):

@@ -8,18 +8,24 @@ import jax
 import jax.numpy as jnp
 
 from .._core import ScalingMode
-from .._ops import Fp8BlockQuantizeParams, fp8_block_quantize_op
+from .._ops import (
+    Fp8BlockGemmParams,
+    Fp8BlockQuantizeParams,
+    fp8_block_gemm_op,
+    fp8_block_quantize_op,
+)
 from ..reference import cast_canonical, fp8_block
-from ._base import AbstractFormat, PartArrays, Quantized, canonical_dbias
+from ._base import AbstractFormat, GemmView, PartArrays, Quantized, canonical_dbias
 
 
 class FP8BlockFormat(AbstractFormat):
     """The colwise copy is stored transposed, its blocks along its own rows. Without
     power-of-two scales a payload times its float32 scale has up to 28 significant bits: the
-    values do not fit bfloat16, so `gemm` multiplies them in float32 (the CUTLASS kernel of
-    `eqx_quant_fp8_block_gemm`, once it has run on the H200, applies the scales to the
-    partial sums of each 128-long block of the contraction instead). No tensor-level scale:
-    its amax is 0."""
+    values do not fit bfloat16. `gemm` multiplies two E4M3 operands on the block-scaled GEMM
+    (`eqx_quant_fp8_block_gemm`: on CUDA CUTLASS's kernel, which applies the scales to the
+    float32 partial sums of each 128-long block of the contraction), and other pairs (E5M2,
+    or shapes the kernel's 16-byte TMA rows cannot hold) as dequantized float32 values. No
+    tensor-level scale: its amax is 0."""
 
     modes: ClassVar[tuple[ScalingMode, ...]] = (
         ScalingMode.FP8_BLOCK_1D_SCALING,
@@ -90,6 +96,30 @@ class FP8BlockFormat(AbstractFormat):
         if mode == ScalingMode.FP8_BLOCK_1D_SCALING:
             return scales[: shape[1], : shape[0]].T
         return scales[: shape[0], : shape[1]]
+
+    def has_scaled_gemm(self, lhs: GemmView, rhs: GemmView) -> bool:
+        e4m3 = jnp.dtype(jnp.float8_e4m3fn)
+        if lhs.dtype != e4m3 or rhs.dtype != e4m3 or lhs.k == 0:
+            return False
+        n = rhs.rows if self._lhs_is_a(lhs, rhs) else lhs.rows
+        return lhs.k % 16 == 0 and n % 4 == 0
+
+    @staticmethod
+    def _lhs_is_a(lhs: GemmView, rhs: GemmView) -> bool:
+        """The kernel's A has 1x128 blocks: a 128x128 lhs times a 1x128 rhs is computed as
+        `(rhs @ lhs^T)^T`."""
+        two_d = ScalingMode.FP8_BLOCK_2D_SCALING
+        return not (lhs.mode == two_d and rhs.mode != two_d)
+
+    def scaled_gemm(self, lhs: GemmView, rhs: GemmView, a, a_scale, b, b_scale):
+        if not self._lhs_is_a(lhs, rhs):
+            return self.scaled_gemm(rhs, lhs, b, b_scale, a, a_scale).T
+        two_d = ScalingMode.FP8_BLOCK_2D_SCALING
+        if lhs.mode == two_d:  # each row takes its tile's scale: 1x128 blocks, same values
+            a_scale = jnp.repeat(a_scale, self.block_size, axis=0)[: lhs.rows]
+        params = Fp8BlockGemmParams(b_tiles=rhs.mode == two_d, impl="auto")
+        (y,) = fp8_block_gemm_op.bind(a, a_scale.T, b, b_scale.T, params=params)
+        return y
 
     def decode_rows(self, q, scale_inv, amax, group, scale_bytes):
         raise ValueError("eqx_quant: FP8 block scaling has no grouped tensors yet.")

@@ -14,6 +14,10 @@ contracted axis, so the copy is chosen by the contracting dims, never guessed.
   GEMM computes, up to the order of the float32 sums. A random Hadamard transform on both
   operands (one sign mask) cancels and is left in; a pair whose RHT does not cancel is
   dequantized to float32 (the RHT undone) and multiplied at HIGHEST precision.
+- FP8 block scaling (1x128 / 128x128): two E4M3 operands go to the block-scaled GEMM op
+  (`_ops/fp8_block_gemm.py`: CUTLASS on CUDA), whose 2-D views are the parts' stored
+  layouts with the contraction trailing; other pairs are dequantized to float32 and
+  multiplied at HIGHEST precision (docs/block_formats.md).
 
 The gradient is the straight-through one: the cotangent of each operand's `data` is the
 gradient of the product of the dequantized operands (float32, dequantized units, stored
@@ -43,6 +47,8 @@ from ._operands import (
     out_dtype_name,
     pick_part,
     product_factor,
+    scaled_gemm,
+    scaled_gemm_views,
     stored_position,
 )
 
@@ -60,6 +66,7 @@ class _GemmSpec(NamedTuple):
     rhs: _Operand
     on_payloads: bool  # per-tensor FP8: the product of the stored payloads
     in_bf16: bool  # block formats: the forward product of exact bfloat16 values
+    scaled: tuple | None  # FP8 block: the operands' 2-D views for the block-scaled GEMM
     out_dtype: str
     out_sharding: jax.sharding.NamedSharding | jax.sharding.PartitionSpec | None
 
@@ -122,8 +129,9 @@ def _spec(lhs, rhs, contracting_dims, out_dtype, out_sharding=None):
             f"{fn}: out_sharding must be a jax.sharding.NamedSharding or PartitionSpec (as in "
             f"jnp.dot), got {type(out_sharding).__name__}."
         )
-    spec = _GemmSpec(_operand(lp, ld), _operand(rp, rd), on_payloads, in_bf16, out_dtype,
-                     out_sharding)
+    scaled = scaled_gemm_views(lp, ld, rp, rd)
+    spec = _GemmSpec(_operand(lp, ld), _operand(rp, rd), on_payloads, in_bf16, scaled,
+                     out_dtype, out_sharding)
     return spec, lp, rp
 
 
@@ -156,6 +164,22 @@ def _product(a, b, spec: _GemmSpec, precision) -> Array:
     return jnp.transpose(y, order)
 
 
+def _scaled_product(lhs_arrays, rhs_arrays, spec: _GemmSpec) -> Array:
+    """The block-scaled GEMM of the operands' 2-D views, free dims in original order."""
+    lv, rv = spec.scaled
+    a, b = lhs_arrays[0], rhs_arrays[0]
+    l_free = a.shape[: a.ndim - len(spec.lhs.contracting)]
+    r_free = b.shape[: b.ndim - len(spec.rhs.contracting)]
+    y = scaled_gemm(spec.scaled, a.reshape(lv.rows, lv.k), lhs_arrays[1],
+                    b.reshape(rv.rows, rv.k), rhs_arrays[1])
+    y = y.reshape(l_free + r_free)
+    n_lhs = len(spec.lhs.free_order)
+    y = jnp.transpose(y, spec.lhs.free_order + tuple(n_lhs + i for i in spec.rhs.free_order))
+    if spec.out_sharding is not None:
+        y = jax.sharding.reshard(y, spec.out_sharding)
+    return y
+
+
 def _dequantized(arrays, op: _Operand) -> Array:
     return dequantize_stored(*arrays, op.meta)
 
@@ -169,7 +193,9 @@ def _bf16_values(arrays, op: _Operand) -> Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _gemm_vjp(lhs_arrays, rhs_arrays, spec: _GemmSpec) -> Array:
-    if spec.on_payloads or spec.in_bf16:
+    if spec.scaled is not None:
+        y = _scaled_product(lhs_arrays, rhs_arrays, spec)
+    elif spec.on_payloads or spec.in_bf16:
         if spec.on_payloads:
             a, b = lhs_arrays[0], rhs_arrays[0]
             product = fp8_product(functools.partial(_product, spec=spec, precision=None))
@@ -229,8 +255,9 @@ def gemm(
     **Arguments:**
 
     - `lhs`, `rhs`: results of `eqx_quant.quantize` (a `ScaledTensor`, or one of its parts).
-      Both per-tensor FP8 (delayed or current, E4M3 or E5M2), both MXFP8, or both NVFP4
-      (1D or 2D scales, e.g. 2D for weights as in TE's recipe).
+      Both per-tensor FP8 (delayed or current, E4M3 or E5M2), both MXFP8, both NVFP4
+      (1D or 2D scales, e.g. 2D for weights as in TE's recipe), or both FP8 block-scaled
+      (1x128 or 128x128).
     - `contracting_dims`: `(lhs_dims, rhs_dims)` in the operands' original shapes, paired in
       order as in `jax.lax.dot_general`; default `((-1,), (0,))`, i.e. `lhs @ rhs`. For the
       block formats they must be one side of the operand's 2-D view: its trailing dims

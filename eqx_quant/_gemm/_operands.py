@@ -29,12 +29,13 @@ cannot hold: such pairs are multiplied in float32 at HIGHEST precision (on an H2
 bf16 GEMM against 0.5-0.6x for the bfloat16 path; docs/performance.md).
 """
 
+import math
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 
-from .._formats import format_of
+from .._formats import GemmView, format_of
 from .._tensor import PartMeta, ScaledTensor1x
 
 OUT_DTYPES = ("float32", "bfloat16", "float16")
@@ -47,6 +48,31 @@ def multiplies_in_bf16(lhs_mode, lhs_rht, rhs_mode, rhs_rht) -> bool:
     if any(f.gemm_on_payloads or not f.values_fit_bfloat16 for f in formats):
         return False
     return lhs_rht == rhs_rht
+
+
+def scaled_gemm_views(lhs: ScaledTensor1x, lhs_dims, rhs: ScaledTensor1x, rhs_dims):
+    """The pair's 2-D views where their format multiplies it on a block-scaled GEMM (FP8
+    block scaling), else None. Block formats contract trailing stored dims (`pick_part`)."""
+    views = (_gemm_view(lhs, lhs_dims), _gemm_view(rhs, rhs_dims))
+    if None in views or not format_of(lhs.scaling_mode).has_scaled_gemm(*views):
+        return None
+    return views
+
+
+def _gemm_view(part: ScaledTensor1x, dims: tuple[int, ...]) -> GemmView | None:
+    stored = sorted(stored_position(part, d) for d in dims)
+    free = part.ndim - len(dims)
+    if stored != list(range(free, part.ndim)):
+        return None
+    shape = part.data.shape
+    return GemmView(math.prod(shape[:free]), math.prod(shape[free:]),
+                    jnp.dtype(part.data.dtype), part.scaling_mode)
+
+
+def scaled_gemm(views, a, a_scale, b, b_scale):
+    """float32 `(M, N)` block-scaled product of two 2-D views (`scaled_gemm_views`)."""
+    lhs, rhs = views
+    return format_of(lhs.mode).scaled_gemm(lhs, rhs, a, a_scale, b, b_scale)
 
 
 def product_factor(mode, arrays):

@@ -95,7 +95,9 @@ class OpSpec:
     - `inner_abstract_eval(params, *avals)`: the kernel's (inner) results, which may hold
       partial reductions that `unsharded` / `partition` finish.
     - `reference(params, *arrays) -> tuple[Array, ...]`: pure JAX, bit-exact with the kernels.
-    - `batch(params, args, dims) -> (params', args', out_dims)`: rebinds with new params.
+    - `batch(params, args, dims) -> (params', args', out_dims)`: rebinds with new params;
+      `batch_outputs(params, args, dims, outs) -> outs`, if given, then maps the rebound
+      results (e.g. unfolds a batch folded into rows).
     - `sharding_rule(params, mesh, value_types, result_types) -> str`: Shardy rule.
     - `partition(params, mesh, arg_infos, result_infos) -> (local_fn, result_specs, arg_specs)`:
       `local_fn(bind_inner, *local_args)` computes the local result (and any collectives).
@@ -115,6 +117,7 @@ class OpSpec:
     partition: Callable[..., tuple]
     unsharded: Callable[..., tuple]
     kernel_platforms: tuple[str, ...] = ("cpu", "cuda")
+    batch_outputs: Callable[..., tuple] | None = None
     ffi_off_kernel_platforms: str = "reference"
 
 
@@ -240,6 +243,9 @@ class Op:
 
         def batch_rule(args, dims, *, params):
             new_params, new_args, out_dims = spec.batch(params, args, dims)
-            return self.outer.bind(*new_args, params=new_params), out_dims
+            outs = self.outer.bind(*new_args, params=new_params)
+            if spec.batch_outputs is not None:
+                outs = spec.batch_outputs(params, args, dims, outs)
+            return outs, out_dims
 
         batching.primitive_batchers[self.outer] = batch_rule

@@ -13,6 +13,10 @@ The ops, at (M, K, N) (x is M x K, the weights K x N; the grouped ops split the 
   w and dy; against the vjp of `x @ w` in bf16. Counts 3 GEMMs.
 - `mxfp8_gemm`, `nvfp4_gemm`: `eqx_quant.gemm` of MXFP8 / NVFP4 operands (Hopper has no
   block-scaled MMA: their exact bfloat16 values in a bf16 GEMM); against `x @ w` in bf16.
+- `fp8_block_gemm`: `eqx_quant.gemm` of E4M3 x in 1x128 blocks and weights in 128x128 tiles
+  (the block-scaled GEMM op, CUTLASS on CUDA), bf16 out; against `x @ w` in bf16.
+- `fp8_block_dense_step`: `fp8_dense_step` with FP8 block scaling (1x128 x and output
+  gradient, 128x128 weights, all E4M3: the DeepSeek-V3 recipe).
 - `fp8_grouped_gemm`, `mxfp8_grouped_gemm`: `eqx_quant.grouped_gemm` of grouped-quantized
   tokens and per-expert quantized weights (the CUTLASS grouped GEMM on CUDA; the weights'
   colwise copies, K-contiguous); against `jax.lax.ragged_dot` in bf16.
@@ -36,8 +40,9 @@ import numpy as np
 from ._timing import measure, micro, timing_method
 
 GEMM_OPS = (
-    "fp8_gemm", "fp8_dense_step", "mxfp8_gemm", "nvfp4_gemm", "fp8_grouped_gemm",
-    "mxfp8_grouped_gemm", "bf16_grouped_gemm", "pallas_grouped_gemm",
+    "fp8_gemm", "fp8_dense_step", "mxfp8_gemm", "nvfp4_gemm", "fp8_block_gemm",
+    "fp8_block_dense_step", "fp8_grouped_gemm", "mxfp8_grouped_gemm", "bf16_grouped_gemm",
+    "pallas_grouped_gemm",
 )
 # Tile configurations tried for the Pallas peer (block_m, block_n, block_k, steps,
 # grid_block_n), from the ranges of its own autotuning script.
@@ -67,7 +72,7 @@ def _bf16_dot(x, w):
     return jnp.dot(x, w)
 
 
-def _gemm_case(quantizer, m: int, k: int, n: int, key) -> tuple:
+def _gemm_case(quantizer, m: int, k: int, n: int, key, w_quantizer=None) -> tuple:
     """`eqx_quant.gemm` of operands quantized beforehand, and bf16 `x @ w`."""
     import eqx_quant as eqq
 
@@ -75,7 +80,7 @@ def _gemm_case(quantizer, m: int, k: int, n: int, key) -> tuple:
     xs = [_normal(keys[i], (m, k)) for i in range(_COPIES)]
     w = _normal(keys[-1], (k, n), k**-0.5)
     ours_xs = [eqq.quantize(x, quantizer) for x in xs]
-    wt = eqq.quantize(w, quantizer)
+    wt = eqq.quantize(w, quantizer if w_quantizer is None else w_quantizer)
 
     def ours(xt, wt):
         return eqq.gemm(xt, wt, out_dtype=jnp.bfloat16)
@@ -83,14 +88,16 @@ def _gemm_case(quantizer, m: int, k: int, n: int, key) -> tuple:
     return ours, ours_xs, (wt,), _bf16_dot, xs, (w,), 2
 
 
-def _dense_case(m: int, k: int, n: int, key) -> tuple:
-    """`eqx_quant.dense` forward + backward, and the vjp of bf16 `x @ w`."""
+def _dense_case(m: int, k: int, n: int, key, quantizers=None) -> tuple:
+    """`eqx_quant.dense` forward + backward (per-tensor current scaling unless `quantizers`
+    are given), and the vjp of bf16 `x @ w`."""
     import eqx_quant as eqq
 
-    quantizers = eqq.DenseQuantizers(
-        eqq.CurrentScaleQuantizer(), eqq.CurrentScaleQuantizer(),
-        eqq.CurrentScaleQuantizer(q_dtype=jnp.float8_e5m2),
-    )
+    if quantizers is None:
+        quantizers = eqq.DenseQuantizers(
+            eqq.CurrentScaleQuantizer(), eqq.CurrentScaleQuantizer(),
+            eqq.CurrentScaleQuantizer(q_dtype=jnp.float8_e5m2),
+        )
     keys = jax.random.split(key, _COPIES + 2)
     xs = [_normal(keys[i], (m, k)) for i in range(_COPIES)]
     w = _normal(keys[-2], (k, n), k**-0.5)
@@ -164,6 +171,14 @@ def gemm_case(op: str, m: int, k: int, n: int, groups: str = "8") -> tuple:
         return _gemm_case(eqq.BlockScaleQuantizer(), m, k, n, key)
     if op == "nvfp4_gemm":
         return _gemm_case(eqq.NVFP4Quantizer(), m, k, n, key)
+    if op == "fp8_block_gemm":  # DeepSeek-V3's layout: 1x128 activations, 128x128 weights
+        return _gemm_case(eqq.Float8BlockQuantizer(), m, k, n, key,
+                          eqq.Float8BlockQuantizer(block="128x128"))
+    if op == "fp8_block_dense_step":
+        one_d = eqq.Float8BlockQuantizer()
+        quantizers = eqq.DenseQuantizers(one_d, eqq.Float8BlockQuantizer(block="128x128"),
+                                         one_d)
+        return _dense_case(m, k, n, key, quantizers)
     if op == "fp8_grouped_gemm":
         return _grouped_case(eqq.CurrentScaleQuantizer, m, k, n, key, groups)
     if op == "mxfp8_grouped_gemm":

@@ -1,8 +1,8 @@
 """The FP8 block-scaled GEMM kernel (`eqx_quant_fp8_block_gemm_cuda`, CUTLASS's Hopper
 blockwise-scaled FP8 GEMM) within the float32 accumulation bound of the float64 product of
 the dequantized operands: 128x128-tiled and 1x128-blocked B, partial K blocks, M not a
-multiple of the tile. It is not yet what `gemm` runs for FP8 block operands (that waits for
-this test on the H200)."""
+multiple of the tile; and `eqx_quant.gemm` of E4M3 FP8 block operands on a GPU, which runs
+it (every lhs x rhs block combination, the weight gradient's colwise x colwise included)."""
 
 import jax
 import jax.numpy as jnp
@@ -44,3 +44,25 @@ def test_kernel_within_the_float32_bound(shape, b_tiles):
     bound = k * 2.0**-23 * (np.abs(da) @ np.abs(db).T) + 1e-30
     worst = float(np.max(np.abs(out - exact) / bound))
     assert worst <= 1.0, f"error {worst:.3f} x the bound"
+
+
+@pytest.mark.parametrize("lhs_block,rhs_block", [("1x128", "128x128"), ("1x128", "1x128"),
+                                                 ("128x128", "1x128"),
+                                                 ("128x128", "128x128")])
+def test_gemm_runs_the_kernel_within_the_bound(lhs_block, rhs_block):
+    rng = np.random.default_rng(7)
+    x = jnp.asarray(rng.standard_normal((384, 512)).astype(np.float32)).astype(jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((512, 256)).astype(np.float32)).astype(jnp.bfloat16)
+    with jax.default_device(CUDA):
+        tx = eqq.quantize(jax.device_put(x, CUDA), eqq.Float8BlockQuantizer(block=lhs_block))
+        tw = eqq.quantize(jax.device_put(w, CUDA), eqq.Float8BlockQuantizer(block=rhs_block))
+        f = jax.jit(lambda a, b: eqq.gemm(a, b, out_dtype=jnp.float32))
+        hlo = f.lower(tx, tw).compile().as_text()
+        y = np.asarray(f(tx, tw), np.float64)
+        da = np.asarray(tx.rowwise.dequantize(jnp.float32), np.float64)
+        db = np.asarray(tw.colwise.dequantize(jnp.float32), np.float64)
+    assert "eqx_quant_fp8_block_gemm_cuda" in hlo
+    exact = da @ db
+    bound = 512 * 2.0**-23 * (np.abs(da) @ np.abs(db)) + 1e-30
+    worst = float(np.max(np.abs(y - exact) / bound))
+    assert worst <= 1.0, f"{lhs_block} x {rhs_block}: {worst:.3f} x the bound"
