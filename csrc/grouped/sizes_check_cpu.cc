@@ -6,8 +6,8 @@
 //   Attrs  total: int64 (the rows the sizes must sum to), fn: string (the
 //          public function), operand: string (the name of its token matrix)
 //
-// A bad vector fails the call with INVALID_ARGUMENT and a message that says
-// what came and how to fix it. XLA puts a handler's message on the first
+// A bad vector fails the call with INVALID_ARGUMENT and the message of
+// grouped/sizes_check.h. XLA puts a handler's message on the first
 // line of the error a `jit` call raises; a host callback's message would come
 // last, under its Python traceback.
 
@@ -16,41 +16,13 @@
 #include <string>
 #include <string_view>
 
+#include "grouped/sizes_check.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
 namespace {
 
 namespace ffi = xla::ffi;
-
-// Sizes listed in full up to this many; longer vectors are cut in the middle.
-constexpr int64_t kListedSizes = 16;
-
-std::string SizesText(const int32_t* sizes, int64_t groups) {
-  std::string text = "[";
-  for (int64_t g = 0; g < groups; ++g) {
-    if (groups > kListedSizes && g == kListedSizes / 2) {
-      text += "..., ";
-      g = groups - kListedSizes / 2;
-    }
-    text += std::to_string(sizes[g]);
-    if (g + 1 < groups) text += ", ";
-  }
-  return text + "]";
-}
-
-// Whether one example's sizes are non-negative and sum to `total` (in int64:
-// no int32 wrap-around can make a bad vector look good).
-bool SizesAreGood(const int32_t* sizes, int64_t groups, int64_t total,
-                  int64_t* sum) {
-  bool non_negative = true;
-  *sum = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    *sum += sizes[g];
-    non_negative = non_negative && sizes[g] >= 0;
-  }
-  return non_negative && *sum == total;
-}
 
 ffi::Error GroupSizesCheckCpuImpl(ffi::AnyBuffer group_sizes,
                                   ffi::Result<ffi::AnyBuffer> out,
@@ -68,25 +40,9 @@ ffi::Error GroupSizesCheckCpuImpl(ffi::AnyBuffer group_sizes,
   const int64_t count = static_cast<int64_t>(group_sizes.element_count());
   const int64_t groups = group_sizes.dimensions().back();
   const bool batched = group_sizes.dimensions().size() > 1;
-  for (int64_t example = 0; groups > 0 && example < count / groups;
-       ++example) {
-    const int32_t* example_sizes = sizes + example * groups;
-    int64_t sum = 0;
-    if (SizesAreGood(example_sizes, groups, total, &sum)) continue;
-    // The words of the eager check (eqx_quant/_quantize/_grouped.py,
-    // check_sizes_now), so that one message is learnt for both.
-    std::string where =
-        batched ? " in example " + std::to_string(example) + " of the batch"
-                : "";
-    return ffi::Error::InvalidArgument(
-        "eqx_quant." + std::string(fn) +
-        ": group_sizes must be non-negative and sum to " +
-        std::string(operand) + ".shape[0] = " + std::to_string(total) +
-        ", got " + SizesText(example_sizes, groups) + " (sum " +
-        std::to_string(sum) + ")" + where +
-        ". Rows past the sum would be zero in the output; pass check=False to "
-        "allow that.");
-  }
+  const std::string bad = sizes_check::FirstBadExample(
+      sizes, count, groups, batched, total, fn, operand);
+  if (!bad.empty()) return ffi::Error::InvalidArgument(bad);
   if (count > 0) {
     std::memcpy(out->untyped_data(), sizes,
                 static_cast<size_t>(count) * sizeof(int32_t));

@@ -130,6 +130,12 @@ class AbstractFormat(eqx.Module):
         where the operand values are already complete."""
         return None
 
+    def grouped_bf16_rows(self, data, scale_inv, group_sizes, layout) -> Array | None:
+        """A grouped part's rows as exact bfloat16 values (the grouped GEMM's operand) in one
+        op of the format's own, or None: then `decode_rows` decodes them in XLA."""
+        del data, scale_inv, group_sizes, layout
+        return None
+
     def has_scaled_gemm(self, lhs: GemmView, rhs: GemmView) -> bool:
         """Whether `scaled_gemm` multiplies this pair (a block-scaled GEMM of the payloads,
         the scales applied to partial sums); else the GEMM multiplies dequantized values."""

@@ -6,7 +6,14 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from .._core import ScalingMode
-from .._ops import GroupedParams, Mxfp8QuantizeParams, grouped_mxfp8_quantize_op, mxfp8_quantize_op
+from .._ops import (
+    GroupedDequantizeParams,
+    GroupedParams,
+    Mxfp8QuantizeParams,
+    grouped_mxfp8_dequantize_op,
+    grouped_mxfp8_quantize_op,
+    mxfp8_quantize_op,
+)
 from ..reference import blocks_nd, mxfp8
 from ._base import AbstractFormat, PartArrays, Quantized
 
@@ -74,6 +81,18 @@ class MXFP8Format(AbstractFormat):
         return blocks_nd.mxfp8_dequantize(
             data, mxfp8.byte_view(scale_inv), axis, meta.dq_dtype
         )
+
+    def grouped_bf16_rows(self, data, scale_inv, group_sizes, layout):
+        """Rowwise parts: the grouped dequantize op (`_ops/grouped_dequantize.py`, a CUDA
+        kernel at the bandwidth floor), bit-equal to `decode_rows` rounded to bfloat16."""
+        if layout.is_colwise:
+            return None
+        params = GroupedDequantizeParams(rows_per_unit=layout.rows_per_unit, impl="auto")
+        (y,) = grouped_mxfp8_dequantize_op.bind(
+            data.reshape(layout.rows, layout.cols), mxfp8.byte_view(scale_inv), group_sizes,
+            params=params,
+        )
+        return y.reshape(layout.original_shape)
 
     def decode_rows(self, q, scale_inv, amax, group, scale_bytes):
         del scale_inv, amax, group

@@ -36,6 +36,7 @@ from ._operands import (
     exact_value_amax,
     float32_meta,
     fp8_product,
+    grouped_bf16_rows,
     multiplies_in_bf16,
     out_dtype_name,
     pick_part,
@@ -168,6 +169,9 @@ def bf16_rows(arrays, layout: GroupedLayout):
     """A grouped block-format part's (M, K) rows as exact bfloat16 values, NVFP4's global
     scales left out (`_operands.py`)."""
     data, scale_inv, amax, group_sizes = arrays
+    rows = grouped_bf16_rows(data, scale_inv, group_sizes, layout)
+    if rows is not None:
+        return rows
     amax = exact_value_amax(layout.scaling_mode, amax)
     return dequantize_grouped(data, scale_inv, amax, group_sizes,
                               layout._replace(dq_dtype="bfloat16"))

@@ -75,6 +75,12 @@ def scaled_gemm(views, a, a_scale, b, b_scale):
     return format_of(lhs.mode).scaled_gemm(lhs, rhs, a, a_scale, b, b_scale)
 
 
+def grouped_bf16_rows(data, scale_inv, group_sizes, layout):
+    """A grouped part's rows as exact bfloat16 values in the format's own op, or None."""
+    return format_of(layout.scaling_mode).grouped_bf16_rows(data, scale_inv, group_sizes,
+                                                             layout)
+
+
 def product_factor(mode, arrays):
     """The factor that scales a product of payloads or exact values, per tensor (or group),
     from an operand's (data, scale_inv, amax, ...) arrays; None where there is none."""

@@ -30,3 +30,20 @@ def test_reference_matches_the_grouped_tensor(shape, sizes, q_dtype):
     f = jax.jit(lambda d, s, g: grouped_mxfp8_dequantize_op.bind(d, s, g, params=params)[0])
     got = f(t.data, mxfp8.byte_view(t.scale_inv), gs)
     assert_same_bytes(got, t.dequantize(jnp.bfloat16), f"{shape} {sizes}")
+
+
+def test_grouped_gemm_multiplies_the_ops_rows():
+    """`grouped_gemm` of MXFP8 tokens takes their bfloat16 rows from this op (the CUDA kernel
+    on a GPU), and gives the product of the grouped tensor's dequantized values."""
+    x = jnp.asarray(random_input((96, 64), jnp.bfloat16, seed=4))
+    w = jnp.asarray(random_input((3, 64, 32), jnp.bfloat16, seed=5))
+    gs = jnp.asarray([40, 0, 50], jnp.int32)
+    q = eqq.BlockScaleQuantizer()
+    gx = eqq.grouped_quantize(x, gs, q, check=False)
+    gw = jax.vmap(lambda e: eqq.quantize(e, q))(w)
+    f = jax.jit(lambda a, b: eqq.grouped_gemm(a, b, out_dtype=jnp.float32))
+    assert "eqx_quant_grouped_mxfp8_dequantize" in str(jax.make_jaxpr(f)(gx, gw))
+    dx = gx.rowwise.dequantize(jnp.bfloat16)
+    dw = jax.vmap(lambda t: t.colwise.dequantize(jnp.bfloat16))(gw)
+    want = jax.lax.ragged_dot(dx, dw, gs, preferred_element_type=jnp.float32)
+    assert_same_bytes(f(gx, gw), want, "grouped MXFP8 product")
