@@ -9,6 +9,7 @@
 
 #include "common/fp8_format.h"
 #include "common/grouped_layout.h"
+#include "common/mx_decode.h"
 #include "grouped/dequantize_cuda.h"
 
 namespace eqx_quant::cuda {
@@ -24,7 +25,6 @@ using grouped::ScaleRegionOffsets;
 using grouped::SwizzleOffset;
 
 constexpr int kThreads = 256;
-constexpr uint16_t kBf16Nan = 0x7FC0;
 
 __global__ void GroupLayout(GroupedMxfp8DequantizeProblem p) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -32,44 +32,6 @@ __global__ void GroupLayout(GroupedMxfp8DequantizeProblem p) {
   int64_t* offsets = p.layout + p.groups + 1;
   GroupStarts(p.sizes, p.groups, p.rows_per_unit, p.rows, starts);
   ScaleRegionOffsets(ScalePart::kRowwise, starts, p.groups, p.cols, kMxfp8Block, offsets);
-}
-
-// An FP8 byte's value (exact in float32).
-template <typename Format>
-__device__ inline float Fp8Value(uint32_t byte) {
-  constexpr int kMan = Format::kMantissaBits;
-  constexpr int kExpBits = 7 - kMan;
-  constexpr int kBias = Format::kExponentBias;
-  const uint32_t sign = (byte >> 7) << 31;
-  const uint32_t exp = (byte >> kMan) & ((1u << kExpBits) - 1);
-  const uint32_t man = byte & ((1u << kMan) - 1);
-  const bool is_e4m3 = kMan == 3;
-  const bool nan = is_e4m3 ? (exp == 15 && man == 7) : (exp == 31 && man != 0);
-  const bool inf = !is_e4m3 && exp == 31 && man == 0;
-  float magnitude;
-  if (exp == 0) {  // subnormal: man * 2^(1 - bias - kMan), exact
-    magnitude = static_cast<float>(man) * BitsToFloat(static_cast<uint32_t>(127 + 1 - kBias - kMan) << 23);
-  } else {
-    magnitude = BitsToFloat(((exp - kBias + 127) << 23) | (man << (23 - kMan)));
-  }
-  uint32_t bits = FloatToBits(magnitude) | sign;
-  if (inf) bits = sign | 0x7F800000u;
-  if (nan) bits = 0x7FC00000u;
-  return BitsToFloat(bits);
-}
-
-// 2^(e - 127) for an E8M0 byte (2^-127 is a float32 subnormal); NaN for 0xFF.
-__device__ inline float E8m0Value(uint32_t e) {
-  if (e == 0xFF) return BitsToFloat(0x7FC00000u);
-  return BitsToFloat(e == 0 ? 0x00400000u : e << 23);
-}
-
-// Round to nearest even float32 -> bfloat16 bits; NaN as 0x7FC0.
-__device__ inline uint16_t ToBf16(float value) {
-  const uint32_t bits = FloatToBits(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return kBf16Nan;
-  const uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(rounded >> 16);
 }
 
 template <typename Format>
@@ -100,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) DecodeBlocks(GroupedMxfp8DequantizeP
   const float scale = E8m0Value(p.scales[at]);
   const uint8_t* src = p.data + r * p.cols + c0;
   for (int64_t t = 0; t < count; ++t) {
-    out[t] = ToBf16(Fp8Value<Format>(src[t]) * scale);
+    out[t] = ToBf16Bits(Fp8Value<Format>(src[t]) * scale);
   }
 }
 

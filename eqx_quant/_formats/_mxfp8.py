@@ -5,13 +5,17 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .._core import ScalingMode
+from .._core import ScalingMode, with_auto_axes
 from .._ops import (
+    MXFP8_DEQUANTIZE_DTYPES,
     GroupedDequantizeParams,
     GroupedParams,
+    Mxfp8DequantizeParams,
     Mxfp8QuantizeParams,
+    blocked_view,
     grouped_mxfp8_dequantize_op,
     grouped_mxfp8_quantize_op,
+    mxfp8_dequantize_op,
     mxfp8_quantize_op,
 )
 from ..reference import blocks_nd, mxfp8
@@ -77,10 +81,18 @@ class MXFP8Format(AbstractFormat):
         del amax
         lead = data.ndim - meta.ndim
         # Rowwise scales run along the last axis; colwise ones along fa - 1 (both N layout).
-        axis = lead + meta.flatten_axis - 1 if meta.is_colwise else -1
-        return blocks_nd.mxfp8_dequantize(
-            data, mxfp8.byte_view(scale_inv), axis, meta.dq_dtype
+        axis = lead + meta.flatten_axis - 1 if meta.is_colwise else data.ndim - 1
+        scales = mxfp8.byte_view(scale_inv)
+        if meta.dq_dtype not in MXFP8_DEQUANTIZE_DTYPES:
+            return blocks_nd.mxfp8_dequantize(data, scales, axis, meta.dq_dtype)
+        # The dequantize op (a CUDA kernel at the bandwidth floor), on the (A, L, B) view.
+        a, length, b = blocked_view(data.shape, axis)
+        params = Mxfp8DequantizeParams(out_dtype=meta.dq_dtype, impl="auto")
+        (y,) = mxfp8_dequantize_op.bind(
+            data.reshape(a, length, b), scales.reshape(a, -(-length // mxfp8.MX_BLOCK), b),
+            params=params,
         )
+        return y.reshape(data.shape)
 
     def grouped_bf16_rows(self, data, scale_inv, group_sizes, layout):
         """Rowwise parts: the grouped dequantize op (`_ops/grouped_dequantize.py`, a CUDA
@@ -88,11 +100,17 @@ class MXFP8Format(AbstractFormat):
         if layout.is_colwise:
             return None
         params = GroupedDequantizeParams(rows_per_unit=layout.rows_per_unit, impl="auto")
-        (y,) = grouped_mxfp8_dequantize_op.bind(
-            data.reshape(layout.rows, layout.cols), mxfp8.byte_view(scale_inv), group_sizes,
-            params=params,
-        )
-        return y.reshape(layout.original_shape)
+
+        def rows(data, scale_inv, group_sizes):
+            (y,) = grouped_mxfp8_dequantize_op.bind(
+                data.reshape(layout.rows, layout.cols), mxfp8.byte_view(scale_inv),
+                group_sizes, params=params,
+            )
+            return y.reshape(layout.original_shape)
+
+        # Under Explicit mesh axes the op runs as under Auto axes (its partition keeps every
+        # operand whole), its result typed like data.
+        return with_auto_axes(rows, like=data)(data, scale_inv, group_sizes)
 
     def decode_rows(self, q, scale_inv, amax, group, scale_bytes):
         del scale_inv, amax, group

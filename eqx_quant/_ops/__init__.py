@@ -65,6 +65,18 @@ from .grouped_quantize import (
 from .grouped_quantize import (
     grouped_nvfp4_quantize_op as grouped_nvfp4_quantize_op,
 )
+from .mxfp8_dequantize import (
+    MXFP8_DEQUANTIZE_DTYPES as MXFP8_DEQUANTIZE_DTYPES,
+)
+from .mxfp8_dequantize import (
+    Mxfp8DequantizeParams as Mxfp8DequantizeParams,
+)
+from .mxfp8_dequantize import (
+    blocked_view as blocked_view,
+)
+from .mxfp8_dequantize import (
+    mxfp8_dequantize_op as mxfp8_dequantize_op,
+)
 from .mxfp8_quantize import (
     Mxfp8QuantizeParams as Mxfp8QuantizeParams,
 )

@@ -16,7 +16,7 @@ import jax
 # Every op with a compiled kernel. Adding an op = adding its name here.
 KERNEL_OPS = (
     "fp8_quantize",
-    "fp8_block_quantize",  # CPU only so far
+    "fp8_block_quantize",
     "mxfp8_quantize",
     "nvfp4_amax",
     "nvfp4_quantize",
@@ -24,10 +24,11 @@ KERNEL_OPS = (
     "grouped_mxfp8_quantize",
     "grouped_nvfp4_quantize",
     "grouped_dbias",
-    "group_sizes_check",  # CPU only: the GPU checks with eqx.error_if
+    "group_sizes_check",
     "grouped_gemm",  # CUDA only, when built with CUTLASS
     "fp8_block_gemm",  # CUDA only, when built with CUTLASS
     "grouped_mxfp8_dequantize",  # CUDA only
+    "mxfp8_dequantize",  # CUDA only
 )
 
 # The ops whose CUDA kernels are built on CUTLASS (absent from a build without its headers).

@@ -159,9 +159,19 @@ class Op:
     # ---- inner: kernels or reference -------------------------------------------------------
     def _register_inner_lowerings(self) -> None:
         spec = self.spec
-        reference_rule = mlir.lower_fun(
-            lambda *args, params: spec.reference(params, *args), multiple_results=True
-        )
+        def reference(*args, params):
+            # The inner primitive runs on one device's values (the body of a partition, or an
+            # unsharded call): its reference is traced with the mesh's axes Manual, so that
+            # Explicit axes of the ambient mesh add no sharding annotation the partitioner,
+            # which has already run, would leave behind.
+            abstract = jax.sharding.get_abstract_mesh()
+            if abstract.empty or all(t == AxisType.Manual for t in abstract.axis_types):
+                return spec.reference(params, *args)
+            manual = abstract.update_axis_types({a: AxisType.Manual for a in abstract.axis_names})
+            with jax.sharding.use_abstract_mesh(manual):
+                return spec.reference(params, *args)
+
+        reference_rule = mlir.lower_fun(reference, multiple_results=True)
 
         def default_rule(ctx, *args, params):
             if params.impl == "ffi":

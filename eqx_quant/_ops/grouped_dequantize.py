@@ -7,10 +7,12 @@ Declared once, with the pure-JAX reference (`reference.grouped.grouped_mxfp8_row
 a CUDA kernel (`csrc/grouped/dequantize_cuda.cu`). The kernel is compiled but not yet used
 by the op (kernel_platforms is empty) until its GPU test
 (`tests/cuda/test_cuda_grouped_dequantize.py`, which calls the FFI target directly) has
-passed on the H200. The partition keeps every operand whole.
+passed on the H200. The partition keeps every operand whole. Vmapped examples (each with
+its own sizes and scale layout) run the reference, example by example.
 """
 
 import dataclasses
+import itertools
 
 import jax.numpy as jnp
 import numpy as np
@@ -18,13 +20,14 @@ from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
 from ..reference import grouped
-from ._primitive import Op, OpSpec
+from ._primitive import Op, OpSpec, map_examples
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupedDequantizeParams:
     rows_per_unit: int
     impl: str
+    n_batch: int = 0  # vmapped examples: the reference, one example at a time
 
     def ffi_attrs(self) -> dict:
         return dict(rows_per_unit=np.int64(self.rows_per_unit))
@@ -35,21 +38,32 @@ def _abstract_eval(params, data, scales, group_sizes):
     return (ShapedArray(data.shape, jnp.bfloat16),)
 
 
-def _reference(params, data, scales, group_sizes):
+def _reference_one(params, data, scales, group_sizes):
     return (grouped.grouped_mxfp8_rows_bf16(data, scales, group_sizes,
                                             rows_per_unit=params.rows_per_unit),)
 
 
+def _reference(params, data, scales, group_sizes):
+    args = (data, scales, group_sizes)
+    if params.n_batch == 0:
+        return _reference_one(params, *args)
+    return map_examples(lambda *a: _reference_one(params, *a), params.n_batch, args,
+                        _abstract_eval(params, *args))
+
+
 def _batch(params, args, dims):
-    raise NotImplementedError(
-        "eqx_quant_grouped_mxfp8_dequantize has no batching rule: the grouped GEMM calls it "
-        "on one example's rows."
-    )
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    moved = tuple(jnp.moveaxis(x, d, 0) if d is not None
+                  else jnp.broadcast_to(x, (size,) + x.shape) for x, d in zip(args, dims))
+    batched = dataclasses.replace(params, impl="reference", n_batch=params.n_batch + 1)
+    return batched, moved, (0,)
 
 
 def _sharding_rule(params, mesh, value_types, result_types):
-    del params, mesh, value_types, result_types
-    return "u0 u1, u2, u3 -> u4 u5"
+    del params, mesh, result_types
+    counter = itertools.count()
+    return ", ".join(" ".join(f"u{next(counter)}" for _ in t.shape) for t in value_types) + (
+        " -> " + " ".join(f"u{next(counter)}" for _ in value_types[0].shape))
 
 
 def _partition(params, mesh, arg_infos, result_infos):
@@ -59,7 +73,7 @@ def _partition(params, mesh, arg_infos, result_infos):
     def local_fn(bind_inner, *args):
         return bind_inner(*args, params=params)
 
-    return local_fn, (PartitionSpec(None, None),), whole
+    return local_fn, (whole[0],), whole
 
 
 def _unsharded(params, bind_inner, *args):

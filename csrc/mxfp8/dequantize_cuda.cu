@@ -1,0 +1,104 @@
+// One thread per 8 consecutive elements of the (A, L, B) view: one 8-byte
+// load of payloads and one 16-byte (bfloat16) or two 16-byte (float32) stores
+// where the 8 lie inside the buffer, element by element at its end. The
+// scales (a 32nd of the bytes) are read per element and hit the cache.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/mx_decode.h"
+#include "mxfp8/dequantize_cuda.h"
+
+namespace eqx_quant::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 8;
+constexpr int64_t kBlock = 32;
+
+struct Walk {  // an element's (a, l, b) position, stepped in linear order
+  int64_t a, l, b;
+};
+
+template <typename Format, bool kF32>
+__global__ void __launch_bounds__(kThreads) Decode(Mxfp8DequantizeProblem p) {
+  const int64_t total = p.a * p.l * p.b;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
+  if (first >= total) return;
+  const int64_t blocks = (p.l + kBlock - 1) / kBlock;
+  Walk w;
+  w.b = first % p.b;
+  const int64_t rest = first / p.b;
+  w.l = rest % p.l;
+  w.a = rest / p.l;
+  const int count = total - first < kVec ? static_cast<int>(total - first) : kVec;
+  uint8_t bytes[kVec];
+  if (count == kVec) {
+    const uint2 packed = *reinterpret_cast<const uint2*>(p.data + first);
+    memcpy(bytes, &packed, sizeof(packed));
+  } else {
+    for (int t = 0; t < count; ++t) bytes[t] = p.data[first + t];
+  }
+  float values[kVec];
+  for (int t = 0; t < kVec; ++t) {
+    if (t < count) {
+      const int64_t at = (w.a * blocks + w.l / kBlock) * p.b + w.b;
+      values[t] = Fp8Value<Format>(bytes[t]) * E8m0Value(p.scales[at]);
+      if (++w.b == p.b) {
+        w.b = 0;
+        if (++w.l == p.l) {
+          w.l = 0;
+          ++w.a;
+        }
+      }
+    }
+  }
+  if constexpr (kF32) {
+    float* out = static_cast<float*>(p.out) + first;
+    if (count == kVec) {
+      reinterpret_cast<float4*>(out)[0] = make_float4(values[0], values[1], values[2], values[3]);
+      reinterpret_cast<float4*>(out)[1] = make_float4(values[4], values[5], values[6], values[7]);
+    } else {
+      for (int t = 0; t < count; ++t) out[t] = values[t];
+    }
+  } else {
+    uint16_t* out = static_cast<uint16_t*>(p.out) + first;
+    uint16_t bits[kVec];
+    for (int t = 0; t < kVec; ++t) bits[t] = ToBf16Bits(values[t]);
+    if (count == kVec) {
+      uint4 packed;
+      memcpy(&packed, bits, sizeof(packed));
+      *reinterpret_cast<uint4*>(out) = packed;
+    } else {
+      for (int t = 0; t < count; ++t) out[t] = bits[t];
+    }
+  }
+}
+
+template <typename Format>
+void Launch(const Mxfp8DequantizeProblem& p, unsigned ctas, cudaStream_t stream) {
+  if (p.out_f32) {
+    Decode<Format, true><<<ctas, kThreads, 0, stream>>>(p);
+  } else {
+    Decode<Format, false><<<ctas, kThreads, 0, stream>>>(p);
+  }
+}
+
+}  // namespace
+
+int Mxfp8Dequantize(const Mxfp8DequantizeProblem& p, CUstream_st* stream) {
+  const int64_t total = p.a * p.l * p.b;
+  if (total == 0) return 0;
+  const int64_t per_cta = static_cast<int64_t>(kThreads) * kVec;
+  const int64_t ctas = (total + per_cta - 1) / per_cta;
+  if (ctas > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidConfiguration);
+  if (p.format == Fp8Format::kE4M3Fn) {
+    Launch<E4M3Fn>(p, static_cast<unsigned>(ctas), stream);
+  } else {
+    Launch<E5M2>(p, static_cast<unsigned>(ctas), stream);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace eqx_quant::cuda
