@@ -2,6 +2,7 @@
 global scale per tensor (or group); optional RHT on the colwise copy and stochastic
 rounding."""
 
+import math
 from typing import ClassVar
 
 import jax
@@ -9,15 +10,19 @@ import jax.numpy as jnp
 
 from .._core import ScalingMode
 from .._ops import (
+    NVFP4_DEQUANTIZE_DTYPES,
     GroupedParams,
     Nvfp4AmaxParams,
+    Nvfp4DequantizeParams,
     Nvfp4QuantizeParams,
     grouped_nvfp4_quantize_op,
     nvfp4_amax_op,
+    nvfp4_dequantize_op,
     nvfp4_quantize_op,
     pmax_amax,
 )
 from ..reference import blocks_nd, mxfp8, nvfp4
+from ..reference.nvfp4 import NVFP4_BLOCK
 from ._base import AbstractFormat, PartArrays, Quantized, canonical_dbias, group_amax
 
 # A global amax whose decode scale `fl(amax / 2688)` is exactly 1: dequantizing with it
@@ -116,6 +121,19 @@ class NVFP4Format(AbstractFormat):
         )
 
     def dequantize(self, data, scale_inv, amax, meta):
+        examples = amax.size
+        rows = math.prod(data.shape[:-1])
+        if (meta.rht_sign_mask is None and meta.dq_dtype in NVFP4_DEQUANTIZE_DTYPES
+                and examples > 0 and rows % examples == 0):
+            # The dequantize op (a CUDA kernel at the bandwidth floor), on the (rows, L) view.
+            params = Nvfp4DequantizeParams(out_dtype=meta.dq_dtype, impl="auto")
+            decode = nvfp4.global_decode_scale(amax.reshape(-1).astype(jnp.float32))
+            (y,) = nvfp4_dequantize_op.bind(
+                data.reshape(rows, data.shape[-1]),
+                mxfp8.byte_view(scale_inv).reshape(rows, -(-data.shape[-1] // NVFP4_BLOCK)),
+                decode, params=params,
+            )
+            return y.reshape(data.shape)
         per_example = amax.reshape(amax.shape[:-1] + (1,) * meta.ndim)  # broadcasts over blocks
         return blocks_nd.nvfp4_dequantize(
             nvfp4.e2m1_codes(data),

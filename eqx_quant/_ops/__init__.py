@@ -83,6 +83,15 @@ from .mxfp8_quantize import (
 from .mxfp8_quantize import (
     mxfp8_quantize_op as mxfp8_quantize_op,
 )
+from .nvfp4_dequantize import (
+    NVFP4_DEQUANTIZE_DTYPES as NVFP4_DEQUANTIZE_DTYPES,
+)
+from .nvfp4_dequantize import (
+    Nvfp4DequantizeParams as Nvfp4DequantizeParams,
+)
+from .nvfp4_dequantize import (
+    nvfp4_dequantize_op as nvfp4_dequantize_op,
+)
 from .nvfp4_quantize import (
     Nvfp4AmaxParams as Nvfp4AmaxParams,
 )

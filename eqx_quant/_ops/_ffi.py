@@ -29,6 +29,7 @@ KERNEL_OPS = (
     "fp8_block_gemm",  # CUDA only, when built with CUTLASS
     "grouped_mxfp8_dequantize",  # CUDA only
     "mxfp8_dequantize",  # CUDA only
+    "nvfp4_dequantize",  # CUDA only
 )
 
 # The ops whose CUDA kernels are built on CUTLASS (absent from a build without its headers).

@@ -260,6 +260,19 @@ def nvfp4_dequantize(
     with the inverse RHT on each block when `rht_sign_mask` is given. `amax` is the global
     amax, broadcastable to `scale` (one per example for a batch of examples); its decode
     scale is computed before broadcasting, once per example."""
+    return nvfp4_dequantize_with(codes, scale, nvfp4.global_decode_scale(amax), dq_dtype,
+                                 rht_sign_mask)
+
+
+def nvfp4_dequantize_with(
+    codes: UInt8[Array, "..."],
+    scale: UInt8[Array, "..."],
+    decode_scale: Float[Array, "..."],
+    dq_dtype,
+    rht_sign_mask: int | None,
+) -> Float[Array, "..."]:
+    """`nvfp4_dequantize` given the global decode scale (`fl(amax / 2688)`, broadcastable to
+    `scale`) instead of the amax."""
     lead, length = codes.shape[:-1], codes.shape[-1]
     t = nvfp4.NVFP4_BLOCK
     qb = _pad_to(codes, codes.ndim - 1, t).reshape(-1, t)
@@ -267,7 +280,7 @@ def nvfp4_dequantize(
     out = nvfp4.decode_blocks(
         qb,
         scale.reshape(-1),
-        jnp.broadcast_to(nvfp4.global_decode_scale(amax), scale.shape).reshape(n_blocks),
+        jnp.broadcast_to(decode_scale, scale.shape).reshape(n_blocks),
         rht_mask=rht_sign_mask,
     )
     out = _unblock(out.reshape(-1), lead, length, t)

@@ -1,0 +1,98 @@
+// One thread per 8 consecutive elements: one 4-byte load of packed codes and
+// one 16-byte (bfloat16) or two 16-byte (float32) stores where the 8 lie
+// inside the buffer, element by element at its end. Scales and decode scales
+// are read per element and hit the cache.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/mx_decode.h"
+#include "common/nvfp4_format.h"
+#include "nvfp4/dequantize_cuda.h"
+
+namespace eqx_quant::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 8;
+constexpr int64_t kBlock = 16;
+
+// An E2M1 code's value (0, 0.5, 1, 1.5, 2, 3, 4, 6; sign at bit 3), exact.
+__device__ inline float E2M1Value(uint32_t code) {
+  constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float magnitude = kMagnitudes[code & 7u];
+  return (code & 8u) ? -magnitude : magnitude;
+}
+
+template <bool kF32>
+__global__ void __launch_bounds__(kThreads) Decode(Nvfp4DequantizeProblem p) {
+  const int64_t total = p.rows * p.cols;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
+  if (first >= total) return;
+  const int64_t blocks = (p.cols + kBlock - 1) / kBlock;
+  const int64_t rows_per_example = p.rows / p.examples;
+  int64_t r = first / p.cols;
+  int64_t c = first % p.cols;
+  const int count = total - first < kVec ? static_cast<int>(total - first) : kVec;
+  uint8_t codes[kVec];
+  if (count == kVec) {
+    const uint32_t packed = *reinterpret_cast<const uint32_t*>(p.codes + first / 2);
+    for (int t = 0; t < kVec; ++t) codes[t] = (packed >> (4 * t)) & 0xFu;
+  } else {
+    for (int t = 0; t < count; ++t) {
+      const int64_t i = first + t;
+      codes[t] = (p.codes[i / 2] >> (4 * (i % 2))) & 0xFu;
+    }
+  }
+  float values[kVec];
+  for (int t = 0; t < kVec; ++t) {
+    if (t < count) {
+      const float scale = E4M3ToFloat(p.scales[r * blocks + c / kBlock]);
+      const float decode = p.decode_scales[r / rows_per_example];
+      values[t] = (E2M1Value(codes[t]) * scale) * decode;
+      if (++c == p.cols) {
+        c = 0;
+        ++r;
+      }
+    }
+  }
+  if constexpr (kF32) {
+    float* out = static_cast<float*>(p.out) + first;
+    if (count == kVec) {
+      reinterpret_cast<float4*>(out)[0] = make_float4(values[0], values[1], values[2], values[3]);
+      reinterpret_cast<float4*>(out)[1] = make_float4(values[4], values[5], values[6], values[7]);
+    } else {
+      for (int t = 0; t < count; ++t) out[t] = values[t];
+    }
+  } else {
+    uint16_t* out = static_cast<uint16_t*>(p.out) + first;
+    uint16_t bits[kVec];
+    for (int t = 0; t < kVec; ++t) bits[t] = ToBf16Bits(values[t]);
+    if (count == kVec) {
+      uint4 packed;
+      memcpy(&packed, bits, sizeof(packed));
+      *reinterpret_cast<uint4*>(out) = packed;
+    } else {
+      for (int t = 0; t < count; ++t) out[t] = bits[t];
+    }
+  }
+}
+
+}  // namespace
+
+int Nvfp4Dequantize(const Nvfp4DequantizeProblem& p, CUstream_st* stream) {
+  const int64_t total = p.rows * p.cols;
+  if (total == 0) return 0;
+  const int64_t per_cta = static_cast<int64_t>(kThreads) * kVec;
+  const int64_t ctas = (total + per_cta - 1) / per_cta;
+  if (ctas > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidConfiguration);
+  if (p.out_f32) {
+    Decode<true><<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(p);
+  } else {
+    Decode<false><<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(p);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace eqx_quant::cuda
