@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "grouped/sizes_check.h"
+#include "grouped/sizes_check_args.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -28,14 +29,9 @@ ffi::Error GroupSizesCheckCpuImpl(ffi::AnyBuffer group_sizes,
                                   ffi::Result<ffi::AnyBuffer> out,
                                   int64_t total, std::string_view fn,
                                   std::string_view operand) {
-  if (group_sizes.element_type() != ffi::DataType::S32 ||
-      out->element_type() != ffi::DataType::S32 ||
-      group_sizes.dimensions().size() == 0 ||
-      out->element_count() != group_sizes.element_count()) {
-    return ffi::Error::InvalidArgument(
-        "eqx_quant_group_sizes_check: group_sizes must be an int32 array of "
-        "rank >= 1 and the result an int32 array of its size.");
-  }
+  ffi::Error invalid = sizes_check::CheckOperands("eqx_quant_group_sizes_check",
+                                                   group_sizes, *out);
+  if (invalid.failure()) return invalid;
   const auto* sizes = static_cast<const int32_t*>(group_sizes.untyped_data());
   const int64_t count = static_cast<int64_t>(group_sizes.element_count());
   const int64_t groups = group_sizes.dimensions().back();

@@ -21,6 +21,7 @@
 
 #include "ffi/cuda_launch_error.h"
 #include "grouped/sizes_check.h"
+#include "grouped/sizes_check_args.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -41,15 +42,8 @@ ffi::Error GroupSizesCheckCudaImpl(cudaStream_t stream,
                                    ffi::Result<ffi::AnyBuffer> out,
                                    int64_t total, std::string_view fn,
                                    std::string_view operand) {
-  if (group_sizes.element_type() != ffi::DataType::S32 ||
-      out->element_type() != ffi::DataType::S32 ||
-      group_sizes.dimensions().size() == 0 ||
-      out->element_count() != group_sizes.element_count()) {
-    return ffi::Error::InvalidArgument(
-        std::string(kTarget) +
-        ": group_sizes must be an int32 array of rank >= 1 and the result an "
-        "int32 array of its size.");
-  }
+  ffi::Error invalid = sizes_check::CheckOperands(kTarget, group_sizes, *out);
+  if (invalid.failure()) return invalid;
   const int64_t count = static_cast<int64_t>(group_sizes.element_count());
   if (count == 0) return ffi::Error::Success();
   const size_t bytes = static_cast<size_t>(count) * sizeof(int32_t);

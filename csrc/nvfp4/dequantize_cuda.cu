@@ -1,6 +1,5 @@
-// One thread per 8 consecutive elements: one 4-byte load of packed codes and
-// one 16-byte (bfloat16) or two 16-byte (float32) stores where the 8 lie
-// inside the buffer, element by element at its end. Scales and decode scales
+// One thread per 8 consecutive elements: one 4-byte load of packed codes where
+// the 8 lie inside the buffer, and StoreEight. Scales and decode scales
 // are read per element and hit the cache.
 
 #include <cuda_runtime.h>
@@ -8,6 +7,7 @@
 #include <cstdint>
 
 #include "common/mx_decode.h"
+#include "cuda/store_values_cuda.cuh"
 #include "common/nvfp4_format.h"
 #include "nvfp4/dequantize_cuda.h"
 
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) Decode(Nvfp4DequantizeProblem p) {
       codes[t] = (p.codes[i / 2] >> (4 * (i % 2))) & 0xFu;
     }
   }
-  float values[kVec];
+  float values[kVec] = {};
   for (int t = 0; t < kVec; ++t) {
     if (t < count) {
       const float scale = E4M3ToFloat(p.scales[r * blocks + c / kBlock]);
@@ -57,26 +57,7 @@ __global__ void __launch_bounds__(kThreads) Decode(Nvfp4DequantizeProblem p) {
       }
     }
   }
-  if constexpr (kF32) {
-    float* out = static_cast<float*>(p.out) + first;
-    if (count == kVec) {
-      reinterpret_cast<float4*>(out)[0] = make_float4(values[0], values[1], values[2], values[3]);
-      reinterpret_cast<float4*>(out)[1] = make_float4(values[4], values[5], values[6], values[7]);
-    } else {
-      for (int t = 0; t < count; ++t) out[t] = values[t];
-    }
-  } else {
-    uint16_t* out = static_cast<uint16_t*>(p.out) + first;
-    uint16_t bits[kVec];
-    for (int t = 0; t < kVec; ++t) bits[t] = ToBf16Bits(values[t]);
-    if (count == kVec) {
-      uint4 packed;
-      memcpy(&packed, bits, sizeof(packed));
-      *reinterpret_cast<uint4*>(out) = packed;
-    } else {
-      for (int t = 0; t < count; ++t) out[t] = bits[t];
-    }
-  }
+  StoreEight<kF32>(p.out, first, values, count);
 }
 
 }  // namespace

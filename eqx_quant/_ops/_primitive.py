@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax._src.dispatch as _dispatch
+import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
@@ -82,6 +83,36 @@ def map_examples(fn, n_batch: int, arrays, result_avals) -> tuple:
     flat = [a.reshape((size,) + a.shape[n_batch:]) for a in arrays]
     outs = jax.vmap(fn)(*flat)
     return tuple(o.reshape(a.shape) for o, a in zip(outs, result_avals))
+
+
+def batch_size(args, dims) -> int:
+    """The size of the mapped dims of a batching rule's `args`."""
+    return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+
+
+def batch_first(args, dims) -> tuple[int, tuple]:
+    """The batch size of a batching rule's `args` and the args with their mapped dim moved to
+    the front (unmapped ones broadcast to it)."""
+    size = batch_size(args, dims)
+    moved = tuple(
+        jnp.broadcast_to(a, (size,) + a.shape) if d is None else jnp.moveaxis(a, d, 0)
+        for a, d in zip(args, dims)
+    )
+    return size, moved
+
+
+def fold_batch_into_rows(params, args, dims):
+    """An OpSpec `batch` for ops whose every operand and result lead with rows that examples
+    may stack: the examples become more rows of one call (undone by `unfold_rows`)."""
+    size, moved = batch_first(args, dims)
+    return params, tuple(a.reshape((size * a.shape[1],) + a.shape[2:]) for a in moved), (0,)
+
+
+def unfold_rows(params, args, dims, outs):
+    """The OpSpec `batch_outputs` of `fold_batch_into_rows`: the examples' rows split off."""
+    del params
+    size = batch_size(args, dims)
+    return tuple(y.reshape((size, y.shape[0] // size) + y.shape[1:]) for y in outs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,6 +44,21 @@ def keep_divisible(mesh, shape, spec: list) -> list:
     return [e if e is None or shape[d] % shard_count(mesh, e) == 0 else None for d, e in enumerate(spec)]
 
 
+def axes_taken_once():
+    """`take(entry)`: the spec entry the first time its mesh axes are asked for, None when it
+    is None or shares an axis with an entry taken before (a mesh axis splits one dim)."""
+    used: set[str] = set()
+
+    def take(entry):
+        names = axes_of(entry)
+        if not names or used & set(names):
+            return None
+        used.update(names)
+        return entry
+
+    return take
+
+
 def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 

@@ -27,7 +27,7 @@ from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
 from . import _sharding
-from ._primitive import Op, OpSpec
+from ._primitive import Op, OpSpec, batch_first, batch_size
 
 BLOCK = 128
 
@@ -73,9 +73,7 @@ def _folds(params, dims) -> bool:
 
 
 def _batch(params, args, dims):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = [jnp.moveaxis(x, d, 0) if d is not None
-             else jnp.broadcast_to(x, (size,) + x.shape) for x, d in zip(args, dims)]
+    size, moved = batch_first(args, dims)
     if _folds(params, dims):
         a, a_scale, b, b_scale = moved[0], moved[1], args[2], args[3]
         _, m, k = a.shape
@@ -89,7 +87,7 @@ def _batch_outputs(params, args, dims, outs):
         return outs
     a, da = args[0], dims[0]
     a_shape = a.shape if da is None else a.shape[:da] + a.shape[da + 1:]
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    size = batch_size(args, dims)
     (y,) = outs
     return (y.reshape(size, a_shape[0], y.shape[-1]),)
 
@@ -120,14 +118,7 @@ def _partition(params, mesh, arg_infos, result_infos):
 
     sa = spec_of(a_info, {1: BLOCK})
     sb = spec_of(b_info, {0: BLOCK, 1: BLOCK} if params.b_tiles else {1: BLOCK})
-    used: set[str] = set()
-
-    def take(entry):
-        names = _sharding.axes_of(entry)
-        if not names or used & set(names):
-            return None
-        used.update(names)
-        return entry
+    take = _sharding.axes_taken_once()
 
     k = take(sa[1]) if sa[1] is not None and sa[1] == sb[1] else None
     m = take(sa[0])

@@ -20,7 +20,7 @@ from jax.core import ShapedArray
 from jax.sharding import PartitionSpec
 
 from ..reference import grouped
-from ._primitive import Op, OpSpec, map_examples
+from ._primitive import Op, OpSpec, batch_first, map_examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +52,7 @@ def _reference(params, data, scales, group_sizes):
 
 
 def _batch(params, args, dims):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = tuple(jnp.moveaxis(x, d, 0) if d is not None
-                  else jnp.broadcast_to(x, (size,) + x.shape) for x, d in zip(args, dims))
+    _, moved = batch_first(args, dims)
     batched = dataclasses.replace(params, impl="reference", n_batch=params.n_batch + 1)
     return batched, moved, (0,)
 

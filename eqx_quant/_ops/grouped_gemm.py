@@ -235,14 +235,7 @@ def _partition(params, mesh, arg_infos, result_infos):
         spec = _sharding.padded_spec(info.sharding, len(info.shape))
         return _sharding.keep_divisible(mesh, info.shape, spec)
 
-    used: set[str] = set()
-
-    def take(entry):
-        names = _sharding.axes_of(entry)
-        if not names or used & set(names):
-            return None
-        used.update(names)
-        return entry
+    take = _sharding.axes_taken_once()
 
     sa, sb = spec_of(a_info), spec_of(b_info)
     if params.kind == "rows":

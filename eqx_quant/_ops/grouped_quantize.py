@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec
 from ..reference import cast_canonical, grouped, mxfp8
 from ..reference.nvfp4 import NVFP4_BLOCK, e2m1_from_codes
 from . import _sharding
-from ._primitive import Op, OpSpec, map_examples
+from ._primitive import Op, OpSpec, batch_first, map_examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +126,7 @@ def _reference(params, x, *operands):
 
 
 def _batch(params, args, dims):
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    moved = tuple(
-        jnp.broadcast_to(a, (size,) + a.shape) if d is None else jnp.moveaxis(a, d, 0)
-        for a, d in zip(args, dims)
-    )
+    _, moved = batch_first(args, dims)
     new = dataclasses.replace(params, n_batch=params.n_batch + 1)
     return new, moved, tuple(0 if p else None for p in _present(params))
 

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec
 
 from ..reference import blocks_nd, nvfp4
 from . import _sharding
-from ._primitive import Op, OpSpec
+from ._primitive import Op, OpSpec, fold_batch_into_rows, unfold_rows
 
 NVFP4_DEQUANTIZE_DTYPES = ("bfloat16", "float32")  # the dtypes the kernel writes
 
@@ -45,21 +45,6 @@ def _reference(params, codes, scales, decode_scales):
     per_row = jnp.repeat(decode_scales, rows // max(decode_scales.shape[0], 1))[:, None]
     return (blocks_nd.nvfp4_dequantize_with(nvfp4.e2m1_codes(codes), scales, per_row,
                                             params.out_dtype, None),)
-
-
-def _batch(params, args, dims):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = [jnp.moveaxis(x, d, 0) if d is not None
-             else jnp.broadcast_to(x, (size,) + x.shape) for x, d in zip(args, dims)]
-    folded = tuple(x.reshape((size * x.shape[1],) + x.shape[2:]) for x in moved)
-    return params, folded, (0,)
-
-
-def _batch_outputs(params, args, dims, outs):
-    del params
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    (y,) = outs
-    return (y.reshape((size, y.shape[0] // size) + y.shape[1:]),)
 
 
 def _sharding_rule(params, mesh, value_types, result_types):
@@ -94,8 +79,8 @@ nvfp4_dequantize_op = Op(
         abstract_eval=_abstract_eval,
         inner_abstract_eval=_abstract_eval,
         reference=_reference,
-        batch=_batch,
-        batch_outputs=_batch_outputs,
+        batch=fold_batch_into_rows,
+        batch_outputs=unfold_rows,
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,

@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec
 
 from ..reference import blocks_nd, nvfp4
 from . import _sharding
-from ._primitive import Op, OpSpec, map_examples
+from ._primitive import Op, OpSpec, batch_size, map_examples
 
 BLOCK = nvfp4.NVFP4_BLOCK
 
@@ -32,10 +32,6 @@ def _move_or_broadcast(a, dim, size):
     if dim is None:
         return jnp.broadcast_to(a, (size,) + a.shape)
     return jnp.moveaxis(a, dim, 0)
-
-
-def _batch_size(args, dims) -> int:
-    return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
 
 
 def _example_axes(spec, n_batch) -> tuple[str, ...]:
@@ -250,7 +246,7 @@ def _batch(params, args, dims):
     x, amax, col_amax, key, offset = args
     if dims[4] is not None:
         raise NotImplementedError("eqx_quant: the nvfp4 index offset cannot be batched.")
-    size = _batch_size(args, dims)
+    size = batch_size(args, dims)
     moved = [_move_or_broadcast(a, d, size) for a, d in zip(args[:4], dims[:4])]
     new = dataclasses.replace(params, n_batch=params.n_batch + 1)
     out_dims = (
