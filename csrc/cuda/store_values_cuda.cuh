@@ -1,6 +1,7 @@
 // The store of the dequantize kernels: 8 consecutive float32 values, written
-// at element `first` of a float32 or bfloat16 (rounded to nearest even, NaN
-// quiet) buffer, as 16-byte stores when all 8 lie inside it (`count` == 8),
+// at element `first` of a float32 or bfloat16 (rounded to nearest even) buffer,
+// every NaN as the quiet NaN of the pure-JAX path (a GPU's arithmetic returns
+// its own canonical NaN, 0x7FFFFFFF), as 16-byte stores when all 8 lie inside it (`count` == 8),
 // element by element at its end.
 
 #ifndef EQX_QUANT_CSRC_CUDA_STORE_VALUES_CUDA_CUH_
@@ -18,11 +19,13 @@ __device__ inline void StoreEight(void* buffer, int64_t first, const float (&val
                                   int count) {
   if constexpr (kF32) {
     float* out = static_cast<float*>(buffer) + first;
+    float v[8];
+    for (int t = 0; t < 8; ++t) v[t] = values[t] != values[t] ? BitsToFloat(0x7FC00000u) : values[t];
     if (count == 8) {
-      reinterpret_cast<float4*>(out)[0] = make_float4(values[0], values[1], values[2], values[3]);
-      reinterpret_cast<float4*>(out)[1] = make_float4(values[4], values[5], values[6], values[7]);
+      reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
     } else {
-      for (int t = 0; t < count; ++t) out[t] = values[t];
+      for (int t = 0; t < count; ++t) out[t] = v[t];
     }
   } else {
     uint16_t* out = static_cast<uint16_t*>(buffer) + first;

@@ -6,8 +6,8 @@ both E4M3, K-contiguous, with one float32 `scale_inv` per 1x128 block of A along
 (`b_scale`: `(ceil(K/128), N)`).
 
 On CUDA: CUTLASS's Hopper blockwise-scaled FP8 GEMM (`csrc/gemm/fp8_block_gemm_*`), which
-applies the scales to the float32 partial sums of each 128-long K block; it is compiled and
-the op takes it once `tests/cuda/test_cuda_fp8_block_gemm.py` has passed on the H200.
+applies the scales to the float32 partial sums of each 128-long K block (Hopper's FP8 MMA
+sums within a block with fewer bits than float32: `tests/cuda/test_cuda_fp8_block_gemm.py`).
 Elsewhere (and as the reference): the dequantized float32 operands multiplied at HIGHEST
 precision; both are within the float32 accumulation bound of the float64 product.
 
@@ -149,7 +149,7 @@ fp8_block_gemm_op = Op(
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,
-        kernel_platforms=(),  # "cuda" once tests/cuda/test_cuda_fp8_block_gemm.py passes
+        kernel_platforms=("cuda",),
     )
 )
 

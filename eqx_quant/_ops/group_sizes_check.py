@@ -1,11 +1,12 @@
 """The run-time check of a grouped op's group sizes under `jit` (docs/grouped.md, "Checks").
 
 `eqx_quant_group_sizes_check(group_sizes) -> group_sizes`: the sizes unchanged when they are
-non-negative and sum to `total`, else the call fails. The CPU kernel fails it with a message
-that names the sizes and their sum, which XLA puts on the first line of the error `jit`
-raises. Elsewhere (the GPU, `impl="reference"`) the check is `eqx.error_if`, whose message
-XLA prints under the host callback's traceback: a GPU kernel would need a device-to-host copy
-and a stream sync to read the sizes, as the callback already does.
+non-negative and sum to `total`, else the call fails. The CPU and CUDA kernels fail it with
+a message that names the sizes and their sum (`csrc/grouped/sizes_check.h`), which XLA puts
+on the first line of the error `jit` raises; the CUDA one copies the few bytes of sizes to
+the host and waits for them, as the host callback of `eqx.error_if` would. Elsewhere
+(`impl="reference"`, other platforms) the check is `eqx.error_if`, whose message XLA prints
+under the callback's traceback.
 
 The sizes are small and replicated: the partition keeps them whole on every device.
 """
@@ -94,6 +95,6 @@ group_sizes_check_op = Op(
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,
-        kernel_platforms=("cpu",),
+        kernel_platforms=("cpu", "cuda"),
     )
 )

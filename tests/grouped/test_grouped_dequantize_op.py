@@ -46,4 +46,9 @@ def test_grouped_gemm_multiplies_the_ops_rows():
     dx = gx.rowwise.dequantize(jnp.bfloat16)
     dw = jax.vmap(lambda t: t.colwise.dequantize(jnp.bfloat16))(gw)
     want = jax.lax.ragged_dot(dx, dw, gs, preferred_element_type=jnp.float32)
-    assert_same_bytes(f(gx, gw), want, "grouped MXFP8 product")
+    if jax.default_backend() == "cpu":  # the same XLA ragged_dot
+        assert_same_bytes(f(gx, gw), want, "grouped MXFP8 product")
+    else:  # the CUTLASS grouped GEMM: its own order of the float32 sums
+        bound = 64 * 2.0**-23 * jax.lax.ragged_dot(
+            jnp.abs(dx), jnp.abs(dw), gs, preferred_element_type=jnp.float32)
+        assert bool(jnp.all(jnp.abs(f(gx, gw) - want) <= 2 * bound)), "grouped MXFP8 product"

@@ -186,12 +186,12 @@ def test_stacked_grouped_delayed_quantizer():
 
 
 # --------------------------------------------------------------------------------------------
-# Run-time group sizes under jit: on the CPU the check is a kernel whose message XLA puts on
-# the first line of the error (docs/grouped.md, "Checks").
+# Run-time group sizes under jit: on the CPU and the GPU the check is a kernel whose message
+# XLA puts on the first line of the error (docs/grouped.md, "Checks").
 
 _ON_CPU = pytest.mark.skipif(
-    jax.default_backend() != "cpu",
-    reason="the GPU checks with eqx.error_if; its message comes under the callback's traceback",
+    jax.default_backend() not in ("cpu", "gpu"),
+    reason="the check kernels are for CPU and CUDA; elsewhere eqx.error_if checks",
 )
 _SIZES_WORDS = r"group_sizes must be non-negative and sum to {}\.shape\[0\] = 64, got "
 _Q = eqq.CurrentScaleQuantizer()
