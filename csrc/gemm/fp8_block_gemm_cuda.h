@@ -1,5 +1,5 @@
 // The FP8 block-scaled GEMM (docs/block_formats.md, "FP8 block scaling"):
-// out (M, N) float32 = A (M, K) x B (N, K)^T, both E4M3 and K-contiguous, with
+// out (M, N) float32 or bfloat16 = A (M, K) x B (N, K)^T, both E4M3 and K-contiguous, with
 // one float32 scale per 1x128 block of A along K and one per 128x128 tile of
 // B (the forward product and the input gradient), or per 1x128 block of B's
 // rows along K (the weight gradient). The scales are applied to the float32
@@ -27,7 +27,8 @@ struct Fp8BlockGemmProblem {
   const float* a_scale = nullptr;  // ceil(K/128) x M, M-contiguous (scale_inv)
   const void* b = nullptr;   // N x K E4M3, K-contiguous
   const float* b_scale = nullptr;  // ceil(K/128) x (ceil(N/128) or N), N-contiguous
-  float* out = nullptr;      // M x N, row-major
+  void* out = nullptr;       // M x N, row-major
+  bool out_bf16 = false;     // bfloat16 out (N a multiple of 8), else float32
 };
 
 struct Fp8BlockGemmStatus {
@@ -44,13 +45,20 @@ Fp8BlockGemmStatus Fp8BlockGemm(const Fp8BlockGemmProblem& problem, void* worksp
                                 CUstream_st* stream);
 
 namespace fp8_block_gemm {
-// One instance per B scale granularity (fp8_block_gemm_kernel_cuda.cuh).
+// One instance per B scale granularity and output type
+// (fp8_block_gemm_kernel_cuda.cuh).
 size_t WorkspaceTiles(const Fp8BlockGemmProblem& problem);
 size_t WorkspaceRows(const Fp8BlockGemmProblem& problem);
+size_t WorkspaceTilesBf16(const Fp8BlockGemmProblem& problem);
+size_t WorkspaceRowsBf16(const Fp8BlockGemmProblem& problem);
 Fp8BlockGemmStatus RunTiles(const Fp8BlockGemmProblem& problem, void* workspace,
                             CUstream_st* stream);
 Fp8BlockGemmStatus RunRows(const Fp8BlockGemmProblem& problem, void* workspace,
                            CUstream_st* stream);
+Fp8BlockGemmStatus RunTilesBf16(const Fp8BlockGemmProblem& problem, void* workspace,
+                                CUstream_st* stream);
+Fp8BlockGemmStatus RunRowsBf16(const Fp8BlockGemmProblem& problem, void* workspace,
+                               CUstream_st* stream);
 }  // namespace fp8_block_gemm
 
 }  // namespace eqx_quant::cuda

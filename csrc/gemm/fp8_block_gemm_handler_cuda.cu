@@ -5,7 +5,7 @@
 //   Arg 2  b        F8E4M3FN  (N, K)               K-contiguous
 //   Arg 3  b_scale  F32       (ceil(K/128), ceil(N/128)) with b_tiles, else
 //                             (ceil(K/128), N)
-//   Ret 0  out      F32       (M, N)
+//   Ret 0  out      F32 | BF16  (M, N)   (BF16: N a multiple of 8)
 //   Attrs  b_tiles: bool
 //
 // CUTLASS's workspace comes from XLA's scratch memory, else stream-ordered
@@ -26,15 +26,23 @@ namespace eqx_quant {
 namespace cuda {
 
 size_t Fp8BlockGemmWorkspaceBytes(const Fp8BlockGemmProblem& problem) {
-  return problem.b_tiles ? fp8_block_gemm::WorkspaceTiles(problem)
-                         : fp8_block_gemm::WorkspaceRows(problem);
+  namespace g = fp8_block_gemm;
+  if (problem.out_bf16) {
+    return problem.b_tiles ? g::WorkspaceTilesBf16(problem) : g::WorkspaceRowsBf16(problem);
+  }
+  return problem.b_tiles ? g::WorkspaceTiles(problem) : g::WorkspaceRows(problem);
 }
 
 Fp8BlockGemmStatus Fp8BlockGemm(const Fp8BlockGemmProblem& problem, void* workspace,
                                 CUstream_st* stream) {
+  namespace g = fp8_block_gemm;
   if (problem.m == 0 || problem.n == 0) return {};
-  return problem.b_tiles ? fp8_block_gemm::RunTiles(problem, workspace, stream)
-                         : fp8_block_gemm::RunRows(problem, workspace, stream);
+  if (problem.out_bf16) {
+    return problem.b_tiles ? g::RunTilesBf16(problem, workspace, stream)
+                           : g::RunRowsBf16(problem, workspace, stream);
+  }
+  return problem.b_tiles ? g::RunTiles(problem, workspace, stream)
+                         : g::RunRows(problem, workspace, stream);
 }
 
 }  // namespace cuda
@@ -76,11 +84,13 @@ ffi::Error Fp8BlockGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scrat
     return Invalid("b_scale must be F32 (" + std::to_string(kb) + ", " +
                    std::to_string(b_cols) + ")");
   }
-  if (out->element_type() != ffi::DataType::F32 || !HasDims(*out, m, n)) {
-    return Invalid("out must be F32 (M, N)");
+  const bool out_bf16 = out->element_type() == ffi::DataType::BF16;
+  if ((!out_bf16 && out->element_type() != ffi::DataType::F32) || !HasDims(*out, m, n)) {
+    return Invalid("out must be F32 or BF16 (M, N)");
   }
-  if (k % 16 != 0 || n % 4 != 0) {
-    return Invalid("K must be a multiple of 16 and N of 4 (TMA's 16-byte rows)");
+  if (k % 16 != 0 || n % (out_bf16 ? 8 : 4) != 0) {
+    return Invalid("K must be a multiple of 16 and N of 4 (F32 out) or 8 (BF16 out): TMA's "
+                   "16-byte rows");
   }
   cuda::Fp8BlockGemmProblem problem;
   problem.m = m;
@@ -91,7 +101,8 @@ ffi::Error Fp8BlockGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scrat
   problem.a_scale = static_cast<const float*>(a_scale.untyped_data());
   problem.b = b.untyped_data();
   problem.b_scale = static_cast<const float*>(b_scale.untyped_data());
-  problem.out = static_cast<float*>(out->untyped_data());
+  problem.out = out->untyped_data();
+  problem.out_bf16 = out_bf16;
   const size_t bytes = cuda::Fp8BlockGemmWorkspaceBytes(problem);
   void* workspace = nullptr;
   void* owned = nullptr;

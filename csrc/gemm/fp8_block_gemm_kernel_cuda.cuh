@@ -2,7 +2,7 @@
 // granularity: CUTLASS's Hopper blockwise-scaled FP8 GEMM (TMA,
 // warp-specialized cooperative consumers, the scales applied to the float32
 // partial sums of every 128-long K block), 128 x 128 x 128 tiles in clusters
-// of two along N.
+// of two along N, float32 or bfloat16 out.
 
 #ifndef EQX_QUANT_CSRC_GEMM_FP8_BLOCK_GEMM_KERNEL_CUDA_CUH_
 #define EQX_QUANT_CSRC_GEMM_FP8_BLOCK_GEMM_KERNEL_CUDA_CUH_
@@ -39,22 +39,24 @@ using LayoutA = cutlass::layout::RowMajor;     // K-contiguous A
 using LayoutB = cutlass::layout::ColumnMajor;  // K-contiguous B
 using LayoutD = cutlass::layout::RowMajor;
 inline constexpr int kAlign = 16;
-inline constexpr int kAlignD = 4;
 using Tile = cute::Shape<cute::_128, cute::_128, cute::_128>;
 using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
 
-// The epilogue (float32 out, no C) does not depend on the scales: built once,
-// outside the template (g++ rejects CUTLASS's epilogue builder in a dependent
-// context).
-using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
+// The epilogues (float32 or bfloat16 out, no C) do not depend on the scales:
+// built outside the kernel template (g++ rejects CUTLASS's epilogue builder in
+// a dependent context).
+template <class ElementD, int kAlignOut>
+using EpilogueBuilder = cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD,
-    float, LayoutD, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<float, float>>::CollectiveOp;
-inline constexpr int kEpilogueBytes = static_cast<int>(sizeof(Epilogue::SharedStorage));
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignOut,
+    ElementD, LayoutD, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<ElementD, float>>;
+using EpilogueF32 = EpilogueBuilder<float, 4>::CollectiveOp;
+using EpilogueBf16 = EpilogueBuilder<cutlass::bfloat16_t, 8>::CollectiveOp;
 
-template <int kScaleRowsB>
+template <int kScaleRowsB, class Epilogue, class ElementD>
 struct Kernel {
+  static constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
   // One scale per row of A per 128 K; per kScaleRowsB rows of B per 128 K.
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kScaleRowsB, 128>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
@@ -87,7 +89,7 @@ struct Kernel {
         {m, n, k, 1},
         {static_cast<const Element*>(p.a), stride_a, static_cast<const Element*>(p.b),
          stride_b, p.a_scale, layout_sfa, p.b_scale, layout_sfb},
-        {{}, nullptr, stride_d, p.out, stride_d}};
+        {{}, nullptr, stride_d, static_cast<ElementD*>(p.out), stride_d}};
     arguments.epilogue.thread.alpha = 1.0f;
     arguments.epilogue.thread.beta = 0.0f;
     return arguments;

@@ -1,16 +1,18 @@
-// The FP8 block GEMM instance with 128x128 tiles of B (forward, input gradient).
+// The FP8 block GEMM instance with 128x128 tiles of B (forward, input gradient), float32 out.
 
 #include "gemm/fp8_block_gemm_kernel_cuda.cuh"
 
 namespace eqx_quant::cuda::fp8_block_gemm {
 
+using TilesKernel = Kernel<128, EpilogueF32, float>;
+
 size_t WorkspaceTiles(const Fp8BlockGemmProblem& problem) {
-  return Kernel<128>::WorkspaceBytes(problem);
+  return TilesKernel::WorkspaceBytes(problem);
 }
 
 Fp8BlockGemmStatus RunTiles(const Fp8BlockGemmProblem& problem, void* workspace,
                             CUstream_st* stream) {
-  return Kernel<128>::Run(problem, workspace, stream);
+  return TilesKernel::Run(problem, workspace, stream);
 }
 
 }  // namespace eqx_quant::cuda::fp8_block_gemm

@@ -38,28 +38,34 @@ if(_eqx_quant_build_gemm)
   # One generated file per kernel of gemm/grouped_gemm_instances_cuda.h (the
   # same list), so that a parallel build compiles them side by side.
   set(_eqx_quant_gemm_instances
-    E4m3:E4m3:RowCol:Bf16:128 E4m3:E4m3:RowCol:F32:128
-    E4m3:E5m2:RowCol:Bf16:128 E4m3:E5m2:RowCol:F32:128
-    E5m2:E4m3:RowCol:Bf16:128 E5m2:E4m3:RowCol:F32:128
-    Bf16:Bf16:RowCol:Bf16:128 Bf16:Bf16:RowCol:F32:128
-    Bf16:Bf16:RowRow:Bf16:128 Bf16:Bf16:RowRow:F32:128
-    Bf16:Bf16:ColRow:Bf16:128 Bf16:Bf16:ColRow:F32:128
-    E4m3:E4m3:RowCol:Bf16:256 Bf16:Bf16:RowRow:Bf16:256)
+    E4m3:E4m3:RowCol:Bf16:128:128:0 E4m3:E4m3:RowCol:F32:128:128:0
+    E4m3:E5m2:RowCol:Bf16:128:128:0 E4m3:E5m2:RowCol:F32:128:128:0
+    E5m2:E4m3:RowCol:Bf16:128:128:0 E5m2:E4m3:RowCol:F32:128:128:0
+    Bf16:Bf16:RowCol:Bf16:128:128:0 Bf16:Bf16:RowCol:F32:128:128:0
+    Bf16:Bf16:RowRow:Bf16:128:128:0 Bf16:Bf16:RowRow:F32:128:128:0
+    Bf16:Bf16:ColRow:Bf16:128:128:0 Bf16:Bf16:ColRow:F32:128:128:0
+    E4m3:E4m3:RowCol:Bf16:256:128:0 Bf16:Bf16:RowRow:Bf16:256:128:0
+    E4m3:E4m3:RowCol:Bf16:128:128:1 E4m3:E4m3:RowCol:Bf16:256:128:1
+    E4m3:E4m3:RowCol:Bf16:128:256:1)
   set(_eqx_quant_type_Bf16 "cutlass::bfloat16_t")
   set(_eqx_quant_type_E4m3 "cutlass::float_e4m3_t")
   set(_eqx_quant_type_E5m2 "cutlass::float_e5m2_t")
   set(_eqx_quant_type_F32 "float")
-  # The FP8 block-scaled GEMM (gemm/fp8_block_gemm_cuda.h): one file per B scale granularity.
+  # The FP8 block-scaled GEMM (gemm/fp8_block_gemm_cuda.h): one file per B scale granularity
+  # and output type.
   set(_eqx_quant_gemm_sources gemm/grouped_gemm_dispatch_cuda.cu gemm/handlers_cuda.cu
     gemm/fp8_block_gemm_handler_cuda.cu gemm/fp8_block_gemm_tiles_cuda.cu
-    gemm/fp8_block_gemm_rows_cuda.cu)
+    gemm/fp8_block_gemm_rows_cuda.cu gemm/fp8_block_gemm_tiles_bf16_cuda.cu
+    gemm/fp8_block_gemm_rows_bf16_cuda.cu)
   foreach(_instance IN LISTS _eqx_quant_gemm_instances)
     string(REPLACE ":" ";" _parts "${_instance}")
     list(GET _parts 0 A)
     list(GET _parts 1 B)
     list(GET _parts 2 L)
     list(GET _parts 3 D)
-    list(GET _parts 4 T)
+    list(GET _parts 4 TM)
+    list(GET _parts 5 TN)
+    list(GET _parts 6 F)
     set(A_TYPE "${_eqx_quant_type_${A}}")
     set(B_TYPE "${_eqx_quant_type_${B}}")
     set(D_TYPE "${_eqx_quant_type_${D}}")
@@ -73,7 +79,7 @@ if(_eqx_quant_build_gemm)
     if(_b_layout STREQUAL "Col")
       set(B_LAYOUT "ColumnMajor")
     endif()
-    set(_file "${CMAKE_CURRENT_BINARY_DIR}/gemm/grouped_gemm_${A}${B}${L}${D}${T}_cuda.cu")
+    set(_file "${CMAKE_CURRENT_BINARY_DIR}/gemm/grouped_gemm_${A}${B}${L}${D}_${TM}x${TN}_${F}_cuda.cu")
     configure_file(gemm/grouped_gemm_instance_cuda.cu.in "${_file}" @ONLY)
     list(APPEND _eqx_quant_gemm_sources "${_file}")
   endforeach()

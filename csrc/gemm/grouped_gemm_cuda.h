@@ -43,9 +43,16 @@ struct GroupedGemmProblem {
   // colwise copies (group g's (K, count_g) block at K * start_g), rather than
   // as (M, K) and (M, N) rows.
   bool transposed = false;
-  // Rows per tile: 256 where such a kernel was built and the groups are long
-  // (the caller's choice from the mean group size), else 128.
+  // The tile (rows x columns of out per CTA) and the FP8 accumulation the
+  // caller asks for (a preference: where that kernel was not built, the
+  // 128 x 128 tile with promoted sums runs). 256 x 128 suits long groups,
+  // 128 x 128 short ones (a 256-row tile would be half empty), 128 x 256 long
+  // groups of FP8 rows. fast_accum keeps the FP8 tensor cores' partial sums
+  // in their accumulator for the whole K loop (what cuBLASLt and TE's forward
+  // GEMMs do) instead of promoting them to float32 every few MMAs.
   int tile_m = 128;
+  int tile_n = 128;
+  bool fast_accum = false;
   const void* a = nullptr;
   const void* b = nullptr;
   const int32_t* counts = nullptr;  // (G,), each >= 0, summing to at most m

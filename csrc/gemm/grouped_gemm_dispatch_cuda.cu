@@ -22,13 +22,17 @@ Runner Find(const GroupedGemmProblem& p) {
   using E = GemmElement;
   constexpr E Bf16 = E::kBf16, E4m3 = E::kE4m3, E5m2 = E::kE5m2, F32 = E::kF32;
   const Layouts layouts = LayoutsOf(p);
-  // The requested tile if it was built, else 128 rows (the tile changes no
-  // value: each output's K-loop is the same).
-  for (const int tile : {p.tile_m, 128}) {
-#define EQX_QUANT_MATCH_GROUPED_GEMM(A, B, L, D, T)                  \
-  if (p.a_type == A && p.b_type == B && layouts == Layouts::L &&     \
-      p.out_type == D && tile == T) {                                \
-    return &grouped_gemm::Run##A##B##L##D##T;                        \
+  // The requested kernel if it was built, else 128 x 128 with promoted sums
+  // (a tile or the accumulation changes no more than the sums' rounding).
+  struct Choice {
+    int tile_m, tile_n;
+    bool fast;
+  };
+  for (const Choice c : {Choice{p.tile_m, p.tile_n, p.fast_accum}, Choice{128, 128, false}}) {
+#define EQX_QUANT_MATCH_GROUPED_GEMM(A, B, L, D, TM, TN, F)               \
+  if (p.a_type == A && p.b_type == B && layouts == Layouts::L &&          \
+      p.out_type == D && c.tile_m == TM && c.tile_n == TN && c.fast == F) { \
+    return &grouped_gemm::Run##A##B##L##D##_##TM##x##TN##_##F;            \
   }
     EQX_QUANT_GROUPED_GEMM_INSTANCES(EQX_QUANT_MATCH_GROUPED_GEMM)
 #undef EQX_QUANT_MATCH_GROUPED_GEMM

@@ -13,30 +13,35 @@
 
 #include "gemm/grouped_gemm_cuda.h"
 
-// X(A, B, layouts, out, tile rows). Every combination has 128-row tiles; the
-// forward passes in bfloat16 also 256-row tiles, for groups of many rows.
-#define EQX_QUANT_GROUPED_GEMM_INSTANCES(X) \
-  X(E4m3, E4m3, RowCol, Bf16, 128)          \
-  X(E4m3, E4m3, RowCol, F32, 128)           \
-  X(E4m3, E5m2, RowCol, Bf16, 128)          \
-  X(E4m3, E5m2, RowCol, F32, 128)           \
-  X(E5m2, E4m3, RowCol, Bf16, 128)          \
-  X(E5m2, E4m3, RowCol, F32, 128)           \
-  X(Bf16, Bf16, RowCol, Bf16, 128)          \
-  X(Bf16, Bf16, RowCol, F32, 128)           \
-  X(Bf16, Bf16, RowRow, Bf16, 128)          \
-  X(Bf16, Bf16, RowRow, F32, 128)           \
-  X(Bf16, Bf16, ColRow, Bf16, 128)          \
-  X(Bf16, Bf16, ColRow, F32, 128)           \
-  X(E4m3, E4m3, RowCol, Bf16, 256)          \
-  X(Bf16, Bf16, RowRow, Bf16, 256)
+// X(A, B, layouts, out, tile rows, tile columns, fast accumulation 0/1).
+// Every combination has 128 x 128 tiles with promoted sums; the forward
+// passes also 256-row tiles, for groups of many rows, and the E4M3 forward
+// pass its fast-accumulation tiles.
+#define EQX_QUANT_GROUPED_GEMM_INSTANCES(X)  \
+  X(E4m3, E4m3, RowCol, Bf16, 128, 128, 0)   \
+  X(E4m3, E4m3, RowCol, F32, 128, 128, 0)    \
+  X(E4m3, E5m2, RowCol, Bf16, 128, 128, 0)   \
+  X(E4m3, E5m2, RowCol, F32, 128, 128, 0)    \
+  X(E5m2, E4m3, RowCol, Bf16, 128, 128, 0)   \
+  X(E5m2, E4m3, RowCol, F32, 128, 128, 0)    \
+  X(Bf16, Bf16, RowCol, Bf16, 128, 128, 0)   \
+  X(Bf16, Bf16, RowCol, F32, 128, 128, 0)    \
+  X(Bf16, Bf16, RowRow, Bf16, 128, 128, 0)   \
+  X(Bf16, Bf16, RowRow, F32, 128, 128, 0)    \
+  X(Bf16, Bf16, ColRow, Bf16, 128, 128, 0)   \
+  X(Bf16, Bf16, ColRow, F32, 128, 128, 0)    \
+  X(E4m3, E4m3, RowCol, Bf16, 256, 128, 0)   \
+  X(Bf16, Bf16, RowRow, Bf16, 256, 128, 0)   \
+  X(E4m3, E4m3, RowCol, Bf16, 128, 128, 1)   \
+  X(E4m3, E4m3, RowCol, Bf16, 256, 128, 1)   \
+  X(E4m3, E4m3, RowCol, Bf16, 128, 256, 1)
 
 namespace eqx_quant::cuda::grouped_gemm {
 
-#define EQX_QUANT_DECLARE_GROUPED_GEMM(A, B, L, D, T)                 \
-  GroupedGemmStatus Run##A##B##L##D##T(const GroupedGemmProblem& problem, \
-                                       DeviceScratch scratch,             \
-                                       cudaStream_t stream);
+#define EQX_QUANT_DECLARE_GROUPED_GEMM(A, B, L, D, TM, TN, F) \
+  GroupedGemmStatus Run##A##B##L##D##_##TM##x##TN##_##F(           \
+      const GroupedGemmProblem& problem, DeviceScratch scratch,    \
+      cudaStream_t stream);
 EQX_QUANT_GROUPED_GEMM_INSTANCES(EQX_QUANT_DECLARE_GROUPED_GEMM)
 #undef EQX_QUANT_DECLARE_GROUPED_GEMM
 

@@ -2,7 +2,8 @@
 // operand layouts and tile: CUTLASS's Hopper pointer-array grouped GEMM
 // (TMA loads, warp-specialized consumers, float32 accumulation; FP8 with
 // CUTLASS's periodic promotion of the tensor cores' partial sums to float32,
-// not its "fast accumulation"), and three small kernels of ours:
+// or its "fast accumulation" where the caller asks), and three small kernels
+// of ours:
 //   FillGroups   prefix-sums the device group counts and writes each group's
 //                problem shape, operand pointers, strides and alpha pointer;
 //   Repack       (weight gradient of per-group transposed operands only)
@@ -44,33 +45,63 @@ using ProblemShape =
     cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 using GroupShape = ProblemShape::UnderlyingProblemShape;
 
-// Tiles: 256 rows for groups of many rows (two consumer warpgroups share one
-// 256 x 128 tile), 128 rows (two warpgroups alternate between tiles) when the
-// groups are short and a 256-row tile would be half empty. Clusters of two
-// tiles along N share the A tile (TMA multicast). K per stage: 128 bytes.
-template <int kTileM, int kTileK>
+// Tiles: 256 x 128 for groups of many rows (two consumer warpgroups share
+// one tile), 128 x 128 (two warpgroups alternate between tiles: one's
+// epilogue hides under the other's MMAs) when the groups are short and a
+// 256-row tile would be half empty, 128 x 256 (two warpgroups share it, each
+// 64 x 256) for long groups of FP8 rows, where the wider tile reads A once
+// for twice the columns. Clusters of two tiles share the operand they have
+// in common (TMA multicast). K per stage: 128 bytes.
+template <int kTileM, int kTileN>
 struct TileConfig;
 
-template <int kTileK>
-struct TileConfig<256, kTileK> {
-  using Tile = cute::Shape<cute::_256, cute::_128, cute::Int<kTileK>>;
+template <>
+struct TileConfig<256, 128> {
   using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  using KernelSchedule =
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using EpilogueSchedule =
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  static constexpr bool kCooperative = true;
 };
 
-template <int kTileK>
-struct TileConfig<128, kTileK> {
-  using Tile = cute::Shape<cute::_128, cute::_128, cute::Int<kTileK>>;
+template <>
+struct TileConfig<128, 128> {
   using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  static constexpr bool kCooperative = false;
+};
+
+template <>
+struct TileConfig<128, 256> {
+  using Cluster = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  static constexpr bool kCooperative = true;
+};
+
+// The mainloop schedule: cooperative or ping-pong, FP8 with promoted or fast
+// accumulation (fast: FP8 operands only).
+template <bool kCooperative, bool kFastAccum>
+struct Schedule;
+template <>
+struct Schedule<true, false> {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+template <>
+struct Schedule<false, false> {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+template <>
+struct Schedule<true, true> {
+  using Kernel =
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+template <>
+struct Schedule<false, true> {
+  using Kernel =
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 
 template <class ElementA_, class LayoutA_, class ElementB_, class LayoutB_,
-          class ElementD_, int kTileM>
+          class ElementD_, int kTileM, int kTileN, bool kFastAccum>
 struct Kernel {
   using ElementA = ElementA_;
   using ElementB = ElementB_;
@@ -78,27 +109,32 @@ struct Kernel {
   using LayoutA = LayoutA_;
   using LayoutB = LayoutB_;
   using LayoutD = cutlass::layout::RowMajor;
+  static_assert(!kFastAccum || sizeof(ElementA) == 1,
+                "fast accumulation is an FP8 schedule");
   static constexpr int kAlignA = 16 / sizeof(ElementA);
   static constexpr int kAlignB = 16 / sizeof(ElementB);
   static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using Config = TileConfig<kTileM, 128 / sizeof(ElementA)>;
+  using Config = TileConfig<kTileM, kTileN>;
+  using Tile = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>,
+                           cute::Int<128 / sizeof(ElementA)>>;
+  using Sched = Schedule<Config::kCooperative, kFastAccum>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      typename Config::Tile, typename Config::Cluster,
+      Tile, typename Config::Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
       LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
-      typename Config::EpilogueSchedule,
+      typename Sched::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<ElementD, float>>::
       CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*,
-      kAlignA, ElementB, LayoutB*, kAlignB, float, typename Config::Tile,
+      kAlignA, ElementB, LayoutB*, kAlignB, float, Tile,
       typename Config::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
-      typename Config::KernelSchedule>::CollectiveOp;
+      typename Sched::Kernel>::CollectiveOp;
 
   using GemmKernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;

@@ -10,7 +10,8 @@
 //   Arg 4  first_row  S32                        (1,)
 //   Ret 0  out        BF16 | F32                 kRows: M*N; kWgrad: G*K*N
 //   Attrs  kind: int64 (0 kRows, 1 kWgrad), transposed: bool,
-//          m, k, n: int64, tile_m: int64 (128 or 256, a preference)
+//          m, k, n: int64, tile_m, tile_n: int64 and fast_accum: bool (the
+//          kernel asked for, a preference: gemm/grouped_gemm_cuda.h)
 
 #include <cuda_runtime_api.h>
 
@@ -75,7 +76,8 @@ ffi::Error GroupedGemmCudaImpl(cudaStream_t stream,
                                ffi::AnyBuffer alpha, ffi::AnyBuffer first_row,
                                ffi::Result<ffi::AnyBuffer> out, int64_t kind,
                                bool transposed, int64_t m, int64_t k,
-                               int64_t n, int64_t tile_m) {
+                               int64_t n, int64_t tile_m, int64_t tile_n,
+                               bool fast_accum) {
   if (kind != 0 && kind != 1) return Invalid("kind must be 0 or 1");
   if (m < 0 || k < 0 || n < 0) return Invalid("negative m, k or n");
   const int64_t groups = static_cast<int64_t>(counts.element_count());
@@ -121,7 +123,9 @@ ffi::Error GroupedGemmCudaImpl(cudaStream_t stream,
   problem.b_type = *b_type;
   problem.out_type = *out_type;
   problem.transposed = transposed;
-  problem.tile_m = tile_m == 256 ? 256 : 128;
+  problem.tile_m = static_cast<int>(tile_m);
+  problem.tile_n = static_cast<int>(tile_n);
+  problem.fast_accum = fast_accum;
   problem.a = a.untyped_data();
   problem.b = b.untyped_data();
   problem.counts = static_cast<const int32_t*>(counts.untyped_data());
@@ -170,4 +174,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Attr<int64_t>("m")
         .Attr<int64_t>("k")
         .Attr<int64_t>("n")
-        .Attr<int64_t>("tile_m"));
+        .Attr<int64_t>("tile_m")
+        .Attr<int64_t>("tile_n")
+        .Attr<bool>("fast_accum"));

@@ -142,9 +142,11 @@ class AbstractFormat(eqx.Module):
         del lhs, rhs
         return False
 
-    def scaled_gemm(self, lhs: GemmView, rhs: GemmView, a, a_scale, b, b_scale) -> Array:
-        """The float32 `(M, N)` product of two parts' 2-D views (`a (M, K)`, `b (N, K)`, the
-        contraction trailing, with their compact scales), where `has_scaled_gemm`."""
+    def scaled_gemm(self, lhs: GemmView, rhs: GemmView, a, a_scale, b, b_scale,
+                    out_dtype: str = "float32") -> Array:
+        """The `(M, N)` product of two parts' 2-D views (`a (M, K)`, `b (N, K)`, the
+        contraction trailing, with their compact scales), where `has_scaled_gemm`: float32
+        sums, in `out_dtype` where the GEMM can write it (else float32)."""
         raise NotImplementedError(f"{type(self).__name__} has no block-scaled GEMM")
 
 

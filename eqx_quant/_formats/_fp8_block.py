@@ -11,6 +11,7 @@ from .._core import ScalingMode
 from .._ops import (
     Fp8BlockGemmParams,
     Fp8BlockQuantizeParams,
+    bf16_out_fits,
     fp8_block_gemm_op,
     fp8_block_quantize_op,
 )
@@ -111,13 +112,15 @@ class FP8BlockFormat(AbstractFormat):
         two_d = ScalingMode.FP8_BLOCK_2D_SCALING
         return not (lhs.mode == two_d and rhs.mode != two_d)
 
-    def scaled_gemm(self, lhs: GemmView, rhs: GemmView, a, a_scale, b, b_scale):
+    def scaled_gemm(self, lhs: GemmView, rhs: GemmView, a, a_scale, b, b_scale,
+                    out_dtype: str = "float32"):
         if not self._lhs_is_a(lhs, rhs):
-            return self.scaled_gemm(rhs, lhs, b, b_scale, a, a_scale).T
+            return self.scaled_gemm(rhs, lhs, b, b_scale, a, a_scale, out_dtype).T
         two_d = ScalingMode.FP8_BLOCK_2D_SCALING
         if lhs.mode == two_d:  # each row takes its tile's scale: 1x128 blocks, same values
             a_scale = jnp.repeat(a_scale, self.block_size, axis=0)[: lhs.rows]
-        params = Fp8BlockGemmParams(b_tiles=rhs.mode == two_d, impl="auto")
+        out = "bfloat16" if out_dtype == "bfloat16" and bf16_out_fits(rhs.rows) else "float32"
+        params = Fp8BlockGemmParams(b_tiles=rhs.mode == two_d, impl="auto", out_dtype=out)
         (y,) = fp8_block_gemm_op.bind(a, a_scale.T, b, b_scale.T, params=params)
         return y
 

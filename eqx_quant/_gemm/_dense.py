@@ -171,7 +171,7 @@ def _scaled_product(lhs_arrays, rhs_arrays, spec: _GemmSpec) -> Array:
     l_free = a.shape[: a.ndim - len(spec.lhs.contracting)]
     r_free = b.shape[: b.ndim - len(spec.rhs.contracting)]
     y = scaled_gemm(spec.scaled, a.reshape(lv.rows, lv.k), lhs_arrays[1],
-                    b.reshape(rv.rows, rv.k), rhs_arrays[1])
+                    b.reshape(rv.rows, rv.k), rhs_arrays[1], jnp.dtype(spec.out_dtype).name)
     y = y.reshape(l_free + r_free)
     n_lhs = len(spec.lhs.free_order)
     y = jnp.transpose(y, spec.lhs.free_order + tuple(n_lhs + i for i in spec.rhs.free_order))

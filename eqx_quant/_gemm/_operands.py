@@ -69,10 +69,11 @@ def _gemm_view(part: ScaledTensor1x, dims: tuple[int, ...]) -> GemmView | None:
                     jnp.dtype(part.data.dtype), part.scaling_mode)
 
 
-def scaled_gemm(views, a, a_scale, b, b_scale):
-    """float32 `(M, N)` block-scaled product of two 2-D views (`scaled_gemm_views`)."""
+def scaled_gemm(views, a, a_scale, b, b_scale, out_dtype: str = "float32"):
+    """`(M, N)` block-scaled product of two 2-D views (`scaled_gemm_views`): float32 sums,
+    in `out_dtype` where the GEMM writes it, else float32."""
     lhs, rhs = views
-    return format_of(lhs.mode).scaled_gemm(lhs, rhs, a, a_scale, b, b_scale)
+    return format_of(lhs.mode).scaled_gemm(lhs, rhs, a, a_scale, b, b_scale, out_dtype)
 
 
 def grouped_bf16_rows(data, scale_inv, group_sizes, layout):

@@ -18,7 +18,7 @@ from jax.lax import RaggedDotDimensionNumbers
 
 from .._core import explicit_sharding, with_auto_axes_to
 from .._ops import GroupedGemmParams, grouped_gemm_op
-from .._ops.grouped_gemm import tile_rows
+from .._ops.grouped_gemm import kernel_choice
 from ..reference import grouped
 
 
@@ -165,8 +165,10 @@ def _kernel_rows(transposed: bool, out_dtype: str):
     @jax.custom_batching.custom_vmap
     def product(a, b, counts, alpha):
         n = b.shape[1] if transposed else b.shape[2]
-        tile = tile_rows(a.shape[0], b.shape[0])
-        params = GroupedGemmParams("rows", transposed, a.shape[0], a.shape[1], n, out_dtype, tile)
+        fp8 = jnp.dtype(a.dtype).itemsize == 1 and jnp.dtype(b.dtype).itemsize == 1
+        tile, fast = kernel_choice(a.shape[0], b.shape[0], fp8)
+        params = GroupedGemmParams("rows", transposed, a.shape[0], a.shape[1], n, out_dtype,
+                                   tile, fast)
 
         # Explicit axes type the result through the op's partition rule.
         return grouped_gemm_op.bind(a, b, counts.astype(jnp.int32), alpha, params=params)[0]

@@ -1,5 +1,6 @@
 """`eqx_quant_fp8_block_gemm(a, a_scale, b, b_scale) -> out`: the FP8 block-scaled GEMM
-(docs/block_formats.md, "FP8 block scaling"): `out (M, N) float32 = A (M, K) @ B (N, K)^T`,
+(docs/block_formats.md, "FP8 block scaling"): `out (M, N) = A (M, K) @ B (N, K)^T`, float32
+sums rounded once to `out_dtype` (float32, or bfloat16 where N is a multiple of 8),
 both E4M3, K-contiguous, with one float32 `scale_inv` per 1x128 block of A along K
 (`a_scale`: `(ceil(K/128), M)`, M-contiguous, CUTLASS's layout) and one per 128x128 tile of B
 (`b_tiles`; `b_scale`: `(ceil(K/128), ceil(N/128))`) or per 1x128 block of B's rows
@@ -37,14 +38,20 @@ class Fp8BlockGemmParams:
     b_tiles: bool
     impl: str
     batched: bool = False  # leading dims on every operand: the reference, example by example
+    out_dtype: str = "float32"  # or "bfloat16" (N a multiple of 8: `bf16_out_fits`)
 
     def ffi_attrs(self) -> dict:
         return dict(b_tiles=bool(self.b_tiles))
 
 
+def bf16_out_fits(n: int) -> bool:
+    """Whether the kernel can write bfloat16 rows of N (16-byte TMA rows)."""
+    return n % 8 == 0
+
+
 def _abstract_eval(params, a, a_scale, b, b_scale):
-    del params, a_scale, b_scale
-    return (ShapedArray(a.shape[:-1] + (b.shape[-2],), jnp.float32),)
+    del a_scale, b_scale
+    return (ShapedArray(a.shape[:-1] + (b.shape[-2],), jnp.dtype(params.out_dtype)),)
 
 
 def _expand(scale_kb_first, rows: int, k: int, rows_per_scale: int):
@@ -64,7 +71,7 @@ def _reference(params, a, a_scale, b, b_scale):
     out = jax.lax.dot_general(da, db, (((a.ndim - 1,), (b.ndim - 1,)), (lead, lead)),
                               precision=jax.lax.Precision.HIGHEST,
                               preferred_element_type=jnp.float32)
-    return (out,)
+    return (out.astype(params.out_dtype),)
 
 
 def _folds(params, dims) -> bool:
@@ -127,9 +134,14 @@ def _partition(params, mesh, arg_infos, result_infos):
     arg_specs = (PartitionSpec(m, k), PartitionSpec(k, m), PartitionSpec(n, k),
                  PartitionSpec(k, n))
 
+    # Partial products over a split K are summed in float32, then rounded once.
+    inner = dataclasses.replace(params, out_dtype="float32") if summed else params
+
     def local_fn(bind_inner, a, a_scale, b, b_scale):
-        (y,) = bind_inner(a, a_scale, b, b_scale, params=params)
-        return (jax.lax.psum(y, summed) if summed else y,)
+        (y,) = bind_inner(a, a_scale, b, b_scale, params=inner)
+        if summed:
+            y = jax.lax.psum(y, summed).astype(params.out_dtype)
+        return (y,)
 
     return local_fn, (PartitionSpec(m, n),), arg_specs
 

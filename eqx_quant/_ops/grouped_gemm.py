@@ -46,7 +46,8 @@ class GroupedGemmParams:
     k: int
     n: int
     out_dtype: str
-    tile_m: int = 128  # rows per tile the kernel should use where built (a preference)
+    tile: tuple[int, int] = (128, 128)  # the kernel's output tile where built (a preference)
+    fast_accum: bool = False  # FP8: the tensor cores' partial sums not promoted (a preference)
     impl: str = "auto"
 
     def ffi_attrs(self) -> dict:
@@ -56,18 +57,26 @@ class GroupedGemmParams:
             m=np.int64(self.m),
             k=np.int64(self.k),
             n=np.int64(self.n),
-            tile_m=np.int64(self.tile_m),
+            tile_m=np.int64(self.tile[0]),
+            tile_n=np.int64(self.tile[1]),
+            fast_accum=bool(self.fast_accum),
         )
 
 
-# Groups of this many rows on average or more run on 256-row tiles (csrc/gemm); shorter ones
-# on 128-row tiles, which a 256-row tile would leave half empty.
+# Groups of this many rows on average or more run on the long-group tiles (csrc/gemm); shorter
+# ones on 128 x 128 tiles, which a 256-row tile would leave half empty.
 LONG_GROUP_ROWS = 1024
 
 
-def tile_rows(rows: int, groups: int) -> int:
-    """The tile the kernel is asked for, from the mean group size."""
-    return 256 if groups and rows // groups >= LONG_GROUP_ROWS else 128
+def kernel_choice(rows: int, groups: int, fp8: bool) -> tuple[tuple[int, int], bool]:
+    """(tile, fast_accum) the kernel is asked for, from the mean group size and the operands.
+    FP8 products of rows accumulate as cuBLASLt's FP8 GEMMs do under XLA (and TE's forward
+    GEMMs): in the tensor cores' accumulator over the whole K loop, within the FP8 MMA bound
+    (docs/gemm.md)."""
+    long = groups > 0 and rows // groups >= LONG_GROUP_ROWS
+    if fp8:
+        return ((256, 128) if long else (128, 128)), True
+    return ((256, 128) if long else (128, 128)), False
 
 
 def _out_shape(params, groups: int) -> tuple[int, ...]:

@@ -143,3 +143,35 @@ def test_cuda_grouped_gemm_vmap_folds():
 
     loop = np.stack([np.asarray(one(_on_gpu(x[i]), _on_gpu(sizes[i]))) for i in range(2)])
     assert_same_sums(jax.jit(jax.vmap(one))(_on_gpu(x), _on_gpu(sizes)), loop, "vmap")
+
+
+@pytest.mark.parametrize("tile,fast", [((128, 128), False), ((256, 128), False),
+                                       ((128, 128), True), ((256, 128), True),
+                                       ((128, 256), True)], ids=str)
+def test_cuda_grouped_fp8_kernels_within_the_fp8_mma_bound(tile, fast):
+    # Every FP8 forward kernel (tiles, promoted or fast accumulation) on long K, ragged groups
+    # longer than a tile, against the float64 products of its FP8 operands times alpha.
+    from eqx_quant._ops import GroupedGemmParams, grouped_gemm_op
+
+    m, k, n = 3000, 1024, 384
+    sizes = np.array([1100, 0, 1201, 500], np.int32)  # 199 rows past the groups
+    rng = np.random.default_rng(11)
+    a = jnp.asarray(rng.standard_normal((m, k)).astype(np.float32) * 4).astype(jnp.float8_e4m3fn)
+    b = jnp.asarray(rng.standard_normal((G, n, k)).astype(np.float32)).astype(jnp.float8_e4m3fn)
+    alpha = jnp.asarray([0.5, 2.0, 0.125, 1.0], jnp.float32)
+    params = GroupedGemmParams("rows", True, m, k, n, "bfloat16", tile, fast, impl="ffi")
+    f = jax.jit(lambda *v: grouped_gemm_op.bind(*v, params=params)[0])
+    y = f(*(_on_gpu(v) for v in (a, b, jnp.asarray(sizes), alpha)))
+    got = np.asarray(y.astype(jnp.float32), np.float64)
+    a64 = np.asarray(a.astype(jnp.float32), np.float64)
+    b64 = np.asarray(b.astype(jnp.float32), np.float64)
+    start = 0
+    for g, count in enumerate(sizes):
+        rows = slice(start, start + count)
+        exact = a64[rows] @ b64[g].T * float(alpha[g])
+        bound = (np.abs(a64[rows]) @ np.abs(b64[g]).T * float(alpha[g]) * 2.0**-10
+                 + np.abs(exact) * 2.0**-8 + 1e-30)
+        worst = float(np.max(np.abs(got[rows] - exact) / bound, initial=0.0))
+        assert worst <= 1.0, (tile, fast, g, worst)
+        start += count
+    np.testing.assert_array_equal(got[start:], 0.0)
