@@ -290,11 +290,13 @@ __global__ void __launch_bounds__(kThreads) DecodeOctets(DecodeParams p) {
     // iteration: each access is a warp's 32 consecutive octets, and a thread's
     // octets lie in one row unless the run crosses a row's end.
     const int64_t q0 = span * kSpan + (threadIdx.x / 32) * kWarpOctets + threadIdx.x % 32;
-    const int64_t row0 = static_cast<int64_t>(Quotient64(static_cast<uint64_t>(q0), p.row_divisor));
+    const int64_t row0 =
+        static_cast<int64_t>(Quotient64(static_cast<uint64_t>(q0), p.row_divisor));
     const RunPosition at0{0, static_cast<uint32_t>(q0 - row0 * p.row_octets)};
     // Octet q0 + 32 * it exists for it < live.
     const int64_t left = p.octets - q0;
-    const int live = left <= 0 ? 0 : left >= kWarpOctets ? kIter : static_cast<int>((left + 31) / 32);
+    const int live =
+        left <= 0 ? 0 : (left >= kWarpOctets ? kIter : static_cast<int>((left + 31) / 32));
 
     uint2 raw[kIter];
     RunPosition at = at0;
