@@ -5,13 +5,15 @@
 - The Equinox layers: `Linear` (a drop-in for `eqx.nn.Linear`), `GroupedLinear` (MoE
   experts) and `MLP`, each quantizing as its recipe says (`DelayedScaling`,
   `CurrentScaling`, `MXFP8BlockScaling`, `NVFP4BlockScaling`, `Float8BlockScaling`);
-  `quantize_model` converts
-  the `eqx.nn.Linear` layers of any model.
+  `quantize_model` converts the `eqx.nn.Linear` layers of any model (and wraps an
+  `eqx.nn.MultiheadAttention` whose projections round stochastically in
+  `MultiheadAttention`, which passes them its key).
 - The training step: `value_and_grad` (loss, parameter gradients and the model with its next
   delayed-scaling state), `accumulate` (the same over microbatches), `partition`, and
   `stats` (per layer and operand: scale, amax, saturated and flushed fractions).
 """
 
+from ._attention import MultiheadAttention as MultiheadAttention
 from ._convert import MLP as MLP
 from ._convert import quantize_model as quantize_model
 from ._dense import DenseQuantizers as DenseQuantizers

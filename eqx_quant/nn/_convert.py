@@ -6,6 +6,7 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
+from ._attention import PROJECTIONS, MultiheadAttention, needs_keys
 from ._layer import check_recipe
 from ._linear import Linear
 from ._recipes import AbstractRecipe
@@ -15,6 +16,16 @@ RecipeFor = AbstractRecipe | None | Callable[[tuple, eqx.nn.Linear], AbstractRec
 
 def _is_linear(x) -> bool:
     return isinstance(x, eqx.nn.Linear)
+
+
+def _is_attention(x) -> bool:
+    return isinstance(x, (eqx.nn.MultiheadAttention, MultiheadAttention))
+
+
+def _needs_keyed_attention(attention: eqx.nn.MultiheadAttention) -> bool:
+    """Whether a converted Equinox attention has a projection that rounds stochastically
+    (its key must then reach them: `_attention.py`)."""
+    return any(needs_keys(getattr(attention, name)) for name in PROJECTIONS)
 
 
 def quantize_model(model, recipe: RecipeFor, *, filter_fn=None):
@@ -32,6 +43,11 @@ def quantize_model(model, recipe: RecipeFor, *, filter_fn=None):
 
     `path` is the layer's JAX key path (`jax.tree_util.keystr(path)` gives e.g.
     `".layers[0].attention.query_proj"`). Layers with `"scalar"` features are kept as they are.
+
+    Equinox's attention calls its projections without a key. Where a converted projection
+    rounds stochastically (`NVFP4BlockScaling`), the attention is wrapped in
+    `eqx_quant.nn.MultiheadAttention`, which is called the same way and passes its `key` (then
+    required) on to the projections; its fields are under `.attention`.
 
     !!! Example
 
@@ -60,7 +76,22 @@ def quantize_model(model, recipe: RecipeFor, *, filter_fn=None):
         check_recipe(f"quantize_model (recipe for {jax.tree_util.keystr(path)})", chosen)
         return Linear.from_linear(leaf, chosen)
 
-    return jax.tree_util.tree_map_with_path(convert, model, is_leaf=_is_linear)
+    def convert_linears(path, tree):
+        return jax.tree_util.tree_map_with_path(
+            lambda p, leaf: convert(path + p, leaf), tree, is_leaf=_is_linear)
+
+    def convert_node(path, node):
+        if isinstance(node, MultiheadAttention):  # converted before: convert inside it
+            inner = convert_linears(path + (jax.tree_util.GetAttrKey("attention"),),
+                                    node.attention)
+            return MultiheadAttention(inner)
+        if isinstance(node, eqx.nn.MultiheadAttention):
+            inner = convert_linears(path, node)
+            return MultiheadAttention(inner) if _needs_keyed_attention(inner) else inner
+        return convert(path, node)
+
+    return jax.tree_util.tree_map_with_path(
+        convert_node, model, is_leaf=lambda x: _is_linear(x) or _is_attention(x))
 
 
 class MLP(eqx.Module):

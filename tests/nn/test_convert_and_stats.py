@@ -127,6 +127,44 @@ def test_quantized_attention_trains_with_value_and_grad():
     assert np.isfinite(float(loss))
 
 
+def test_attention_with_stochastic_rounding_passes_its_key_to_the_projections():
+    # Equinox's attention calls its projections without a key; NVFP4's gradients round
+    # stochastically, so quantize_model wraps it and its key reaches them.
+    mha = eqx.nn.MultiheadAttention(2, 32, key=jax.random.key(2))
+    q = qnn.quantize_model(mha, qnn.NVFP4BlockScaling())
+    assert type(q) is qnn.MultiheadAttention
+    assert all(type(getattr(q.attention, p)) is qnn.Linear
+               for p in ("query_proj", "key_proj", "value_proj", "output_proj"))
+    assert type(qnn.quantize_model(mha, qnn.CurrentScaling())) is eqx.nn.MultiheadAttention
+    again = qnn.quantize_model(q, qnn.NVFP4BlockScaling())  # converting twice: one wrapper
+    assert type(again) is qnn.MultiheadAttention
+    assert type(again.attention) is eqx.nn.MultiheadAttention
+    s = _x((16, 32), seed=3)
+    y1 = q(s, s, s, key=jax.random.key(5))
+    y2 = q(s, s, s, key=jax.random.key(6))
+    ref = mha(s, s, s)
+    # the forward pass rounds to nearest (no randomness): the same for any key, and within
+    # NVFP4's error of the unquantized attention (4-bit values through two GEMMs and a
+    # softmax on 16-element blocks: tens of percent at these toy sizes)
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(y2))
+    assert 0 < float(jnp.linalg.norm(y1 - ref)) < 0.6 * float(jnp.linalg.norm(ref))
+
+    def grads(key):
+        g = eqx.filter_grad(lambda m: jnp.sum(m(s, s, s, key=key) ** 2))(q)
+        return np.asarray(g.attention.query_proj.weight)
+
+    g1, g1_again, g2 = grads(jax.random.key(5)), grads(jax.random.key(5)), grads(jax.random.key(6))
+    want = np.asarray(eqx.filter_grad(lambda m: jnp.sum(m(s, s, s) ** 2))(mha).query_proj.weight)
+    assert np.all(np.isfinite(g1))
+    np.testing.assert_array_equal(g1, g1_again)  # the same key, the same random bits
+    assert np.any(g1 != g2)  # another key, other bits
+    assert np.linalg.norm(g1 - want) < 0.8 * np.linalg.norm(want)
+    with pytest.raises(ValueError, match="pass key=jax.random.key"):
+        q(s, s, s)
+    with pytest.raises(TypeError, match="must be an eqx.nn.MultiheadAttention"):
+        qnn.MultiheadAttention(q)
+
+
 def test_quantized_mlp_matches_quantize_model_of_eqx_mlp():
     key = jax.random.key(5)
     recipe = qnn.DelayedScaling(amax_history_len=4)
