@@ -26,7 +26,8 @@
 //     reduce-scatter butterfly over them (8 + log2(kColLanes / 8) shuffles,
 //     not 8 x log2(kColLanes)) leaves each lane the amax of one of its 8
 //     rows; the lane derives that row's scale (one division per lane, not 8)
-//     and the 8 scales come back by shuffles. No barrier.
+//     and publishes it in shared memory, read back after a __syncwarp (a
+//     row's lanes are one warp's). No barrier.
 //   1x128 colwise: the column parts of a warp's row lanes are combined by a
 //     shuffle and go through shared memory (2 / 8 KiB); after a barrier
 //     thread j < 128 finishes column j's amax and scale and publishes the
@@ -49,7 +50,8 @@
 // byte stored on its own, with the same arithmetic. The colwise write-out
 // stores 16, 4 or 1 bytes at a time (as R and the col buffer's alignment
 // allow). Offsets are 64-bit; the tile index is below 2^31 (checked), so it
-// is split with 32-bit magic divisions.
+// is split with 32-bit magic divisions. The aligned kernels fit in 64
+// registers (4 CTAs of 256 or 2 of 512 threads per SM); no kernel spills.
 
 #include <cuda_runtime.h>
 
@@ -87,9 +89,16 @@ struct Layout {
   static constexpr int kColLanes = kB / kVec;               // 16 or 32
   static constexpr int kThreads = kRowLanes * kColLanes;    // 256 or 512
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kMinBlocks = 2048 / 2 / kThreads;    // <= 64 registers
   static_assert(kColLanes >= 16 && kColLanes <= 32, "a row within a warp");
 };
+
+// CTAs per SM: 1024 threads at <= 64 registers; the element-wise loads of
+// unaligned 16-bit rows (64 in flight per thread) need more registers.
+template <typename In, bool kAligned>
+constexpr int MinBlocks() {
+  constexpr int kThreads = Layout<In>::kThreads;
+  return kAligned || kThreads > 256 ? 1024 / kThreads : 2;
+}
 
 struct Params {
   const void* x;
@@ -182,14 +191,6 @@ __device__ __forceinline__ uint32_t RowKeyScatter(uint32_t (&k)[8], int c,
   return key;
 }
 
-// The lane (within its row lane's kLanes) that holds row index k after
-// RowKeyScatter.
-template <int kLanes>
-__device__ __forceinline__ constexpr int RowKeyLane(int k) {
-  return (k >> 2) * (kLanes / 2) + ((k >> 1) & 1) * (kLanes / 4) +
-         (k & 1) * (kLanes / 8);
-}
-
 // The thread's keys: row_keys[k], the NaN-ignoring max key of its vector of
 // row k, and returned, the per-key maxima over its 8 vectors, word j of the
 // vectors in component j (its part of the column maxima). mxfp8::TileKeys on
@@ -263,7 +264,7 @@ __device__ __forceinline__ void WriteColUnit(const uint32_t* staging, int unit,
 }
 
 template <typename In, Fp8Format kFormat, bool kRow, bool kCol, bool kAligned>
-__global__ void __launch_bounds__(Layout<In>::kThreads, Layout<In>::kMinBlocks)
+__global__ void __launch_bounds__(Layout<In>::kThreads, (MinBlocks<In, kAligned>()))
     TileKernel(const __grid_constant__ Params p) {
   using L = Layout<In>;
   using Storage = typename In::Storage;
@@ -271,10 +272,12 @@ __global__ void __launch_bounds__(Layout<In>::kThreads, Layout<In>::kMinBlocks)
   constexpr int kOutWords = kVec / 4;
   constexpr int kColLanes = L::kColLanes;
   // The staged colwise bytes; each warp's part of the column maxima (1x128
-  // colwise); the column scales; the warps' amax keys (128x128).
+  // colwise); the column and row scales (1x128); the warps' amax keys
+  // (128x128).
   __shared__ __align__(16) uint32_t staging[kCol ? Staged::kStagingWords : 4];
   __shared__ __align__(16) uint32_t part[kCol ? L::kWarps : 1][kColLanes * 4];
   __shared__ __align__(16) float col_factor[kCol ? kB : 4];
+  __shared__ float row_factor[kRow ? kB : 1];
   __shared__ uint32_t warp_key[L::kWarps];
 
   const int tid = threadIdx.x;
@@ -320,7 +323,7 @@ __global__ void __launch_bounds__(Layout<In>::kThreads, Layout<In>::kMinBlocks)
   const uint4 col_words = ThreadKeys<In>(w, row_keys);
 
   uint8_t* const row_out = kRow ? p.row + first : nullptr;
-  // The thread's rowwise bytes, row k at scale[kScaleStep * k]; with
+  // The thread's rowwise bytes, row k at scale[scale_step * k]; with
   // `stage`, also its colwise bytes (128x128: the same bytes).
   auto rowwise = [&](const float* scale, int scale_step, bool stage) {
     // `step` opaquely: else the loads' 8 64-bit row offsets stay live until
@@ -400,19 +403,19 @@ __global__ void __launch_bounds__(Layout<In>::kThreads, Layout<In>::kMinBlocks)
         *reinterpret_cast<uint4*>(&part[warp][4 * c]) = make_uint4(cw[0], cw[1], cw[2], cw[3]);
       }
     }
-    float row_scale[kRowsPerThread];
     if constexpr (kRow) {
       int mine = 0;
       const uint32_t key = RowKeyScatter<kColLanes>(row_keys, c, mine);
       const float scale = ScaleOf<kFormat>(In::KeyToFloat(key), p);
       const int r = g + kRowLanes * mine;
-      if (c % (kColLanes / 8) == 0 && r < tile_rows) {
-        p.row_scale[(row0 + r) * p.cb_count + cb] = 1.0f / scale;
+      if (c % (kColLanes / 8) == 0) {
+        // A row's lanes are in one warp: its scale is read back after
+        // __syncwarp (shared memory rather than 8 shuffles: 8 fewer live
+        // registers through the rowwise pass).
+        row_factor[r] = scale;
+        if (r < tile_rows) p.row_scale[(row0 + r) * p.cb_count + cb] = 1.0f / scale;
       }
-#pragma unroll
-      for (int k = 0; k < kRowsPerThread; ++k) {
-        row_scale[k] = __shfl_sync(0xFFFFFFFFu, scale, RowKeyLane<kColLanes>(k), kColLanes);
-      }
+      __syncwarp();
     }
     if constexpr (kCol) {
       __syncthreads();  // the column parts are in
@@ -431,7 +434,7 @@ __global__ void __launch_bounds__(Layout<In>::kThreads, Layout<In>::kMinBlocks)
         }
       }
     }
-    if constexpr (kRow) rowwise(row_scale, 1, false);
+    if constexpr (kRow) rowwise(&row_factor[g], kRowLanes, false);
     if constexpr (kCol) {
       __syncthreads();  // the column scales are in
       float f[kVec];
