@@ -15,9 +15,6 @@ from .fp8_block_gemm import (
     Fp8BlockGemmParams as Fp8BlockGemmParams,
 )
 from .fp8_block_gemm import (
-    bf16_out_fits as bf16_out_fits,
-)
-from .fp8_block_gemm import (
     fp8_block_gemm_op as fp8_block_gemm_op,
 )
 from .fp8_block_quantize import (

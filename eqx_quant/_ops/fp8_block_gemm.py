@@ -38,15 +38,10 @@ class Fp8BlockGemmParams:
     b_tiles: bool
     impl: str
     batched: bool = False  # leading dims on every operand: the reference, example by example
-    out_dtype: str = "float32"  # or "bfloat16" (N a multiple of 8: `bf16_out_fits`)
+    out_dtype: str = "float32"  # or "bfloat16" (N a multiple of 8 on CUDA: 16-byte TMA rows)
 
     def ffi_attrs(self) -> dict:
         return dict(b_tiles=bool(self.b_tiles))
-
-
-def bf16_out_fits(n: int) -> bool:
-    """Whether the kernel can write bfloat16 rows of N (16-byte TMA rows)."""
-    return n % 8 == 0
 
 
 def _abstract_eval(params, a, a_scale, b, b_scale):
