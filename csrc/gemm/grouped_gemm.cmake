@@ -56,7 +56,12 @@ if(_eqx_quant_build_gemm)
   set(_eqx_quant_gemm_sources gemm/grouped_gemm_dispatch_cuda.cu gemm/handlers_cuda.cu
     gemm/fp8_block_gemm_handler_cuda.cu gemm/fp8_block_gemm_tiles_cuda.cu
     gemm/fp8_block_gemm_rows_cuda.cu gemm/fp8_block_gemm_tiles_bf16_cuda.cu
-    gemm/fp8_block_gemm_rows_bf16_cuda.cu)
+    gemm/fp8_block_gemm_rows_bf16_cuda.cu
+    # The grouped FP8 block-scaled GEMM (gemm/grouped_fp8_block_gemm_cuda.h): its handler and
+    # one file per B scale granularity and output type.
+    gemm/grouped_fp8_block_gemm_handler_cuda.cu gemm/grouped_fp8_block_gemm_tiles_bf16_cuda.cu
+    gemm/grouped_fp8_block_gemm_tiles_f32_cuda.cu gemm/grouped_fp8_block_gemm_rows_bf16_cuda.cu
+    gemm/grouped_fp8_block_gemm_rows_f32_cuda.cu)
   foreach(_instance IN LISTS _eqx_quant_gemm_instances)
     string(REPLACE ":" ";" _parts "${_instance}")
     list(GET _parts 0 A)

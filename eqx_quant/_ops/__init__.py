@@ -44,6 +44,12 @@ from .grouped_dequantize import (
 from .grouped_dequantize import (
     grouped_mxfp8_dequantize_op as grouped_mxfp8_dequantize_op,
 )
+from .grouped_fp8_block_gemm import (
+    GroupedFp8BlockGemmParams as GroupedFp8BlockGemmParams,
+)
+from .grouped_fp8_block_gemm import (
+    grouped_fp8_block_gemm_op as grouped_fp8_block_gemm_op,
+)
 from .grouped_gemm import (
     GroupedGemmParams as GroupedGemmParams,
 )

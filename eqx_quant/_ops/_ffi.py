@@ -27,13 +27,14 @@ KERNEL_OPS = (
     "group_sizes_check",
     "grouped_gemm",  # CUDA only, when built with CUTLASS
     "fp8_block_gemm",  # CUDA only, when built with CUTLASS
+    "grouped_fp8_block_gemm",  # CUDA only, when built with CUTLASS
     "grouped_mxfp8_dequantize",  # CUDA only
     "mxfp8_dequantize",  # CUDA only
     "nvfp4_dequantize",  # CUDA only
 )
 
 # The ops whose CUDA kernels are built on CUTLASS (absent from a build without its headers).
-CUTLASS_OPS = ("grouped_gemm", "fp8_block_gemm")
+CUTLASS_OPS = ("grouped_gemm", "fp8_block_gemm", "grouped_fp8_block_gemm")
 
 _LIBRARIES = {"cpu": ("_kernels_cpu", "Cpu", "cpu"), "cuda": ("_kernels_cuda", "Cuda", "CUDA")}
 

@@ -1,0 +1,12 @@
+// The grouped FP8 block GEMM instance with 128x128 tiles of B's scales, bfloat16 out.
+
+#include "gemm/grouped_fp8_block_gemm_kernel_cuda.cuh"
+
+namespace eqx_quant::cuda::grouped_fp8_block_gemm {
+
+GroupedFp8BlockGemmStatus RunTilesBf16(const GroupedFp8BlockGemmProblem& problem,
+                                       DeviceScratch scratch, cudaStream_t stream) {
+  return Run<Kernel<128, EpilogueBf16, cutlass::bfloat16_t>>(problem, scratch, stream);
+}
+
+}  // namespace eqx_quant::cuda::grouped_fp8_block_gemm
