@@ -4,6 +4,7 @@ what a format decides). A new mode adds a format here and registers it in `_FORM
 from .._core import ScalingMode
 from ._base import AbstractFormat as AbstractFormat
 from ._base import GemmView as GemmView
+from ._base import GroupedRows as GroupedRows
 from ._base import PartArrays as PartArrays
 from ._base import Quantized as Quantized
 from ._fp8_block import FP8BlockFormat

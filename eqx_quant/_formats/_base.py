@@ -52,6 +52,16 @@ class GemmView(NamedTuple):
     mode: ScalingMode
 
 
+class GroupedRows(NamedTuple):
+    """Where every row of a grouped part's (R, N) view lies: its group (clamped to G - 1 for
+    rows past the last group) and its index inside the group, with the groups' bounds."""
+
+    starts: Array
+    counts: Array
+    group: Array
+    local: Array
+
+
 class AbstractFormat(eqx.Module):
     """One scaling format (one or more `ScalingMode`s that share their arithmetic)."""
 
@@ -100,7 +110,44 @@ class AbstractFormat(eqx.Module):
     @abc.abstractmethod
     def decode_rows(self, q, scale_inv, amax, group, scale_bytes: Callable[[], Array]) -> Array:
         """A grouped part's float32 values on its (R, N) row view `q`: `group` is the group
-        of every row, `scale_bytes()` every element's block-scale byte (block formats)."""
+        of every row, `scale_bytes()` every element's block scale from
+        `grouped_element_scales` (block formats)."""
+
+    def grouped_element_scales(self, scale_inv, rows: GroupedRows, cols: int, *,
+                               colwise: bool, mode: ScalingMode) -> Array:
+        """Every element's block scale of a grouped block-format part, on its (R, N) row view,
+        as `decode_rows` takes it. Here: the byte from the per-group swizzled regions (MXFP8,
+        NVFP4; docs/grouped.md, "Block scales")."""
+        del mode
+        block = self.block_size
+        regions = grouped.scale_regions(rows.counts, cols, block, colwise)
+        c = jnp.arange(cols, dtype=jnp.int32)[None, :]
+        local = rows.local[:, None]
+        shape = (rows.local.shape[0], cols)
+        if colwise:  # T_g[c, local // B]
+            i, j = jnp.broadcast_to(c, shape), local // block
+        else:  # T_g[local, c // B]
+            i, j = jnp.broadcast_to(local, shape), c // block
+        g = rows.group
+        q = regions.padded_cols[g][:, None]
+        at = regions.offsets[g][:, None] + mxfp8.swizzle_offset(i, j, q)
+        u = mxfp8.byte_view(scale_inv)
+        return u[jnp.clip(at, 0, max(u.shape[0] - 1, 0))]
+
+    def grouped_scale_tile(self, scale_inv, starts, counts, g: int, cols: int, *,
+                           colwise: bool, mode: ScalingMode) -> Array:
+        """Group `g`'s block scales as the dense part of its rows holds them (`starts`,
+        `counts`: concrete group bounds). Here: its swizzled region, unswizzled (MXFP8,
+        NVFP4)."""
+        del starts, mode
+        regions = grouped.scale_regions(jnp.asarray(counts), cols, self.block_size, colwise)
+        begin = int(regions.offsets[g])
+        rp, cp = int(regions.padded_rows[g]), int(regions.padded_cols[g])
+        region = scale_inv[begin : begin + rp * cp].reshape(rp, cp)
+        shape = (int(regions.tile_rows[g]), int(regions.tile_cols[g]))
+        tile = mxfp8.unswizzle_scales(region, rowwise=True, shape=shape)
+        # A colwise part kept in x's layout has its scales down the rows.
+        return tile.T if colwise and self.colwise_data_layout == "N" else tile
 
     @abc.abstractmethod
     def round_to(self, y, dq_dtype: str) -> Array:

@@ -11,11 +11,20 @@ from .._core import ScalingMode
 from .._ops import (
     Fp8BlockGemmParams,
     Fp8BlockQuantizeParams,
+    GroupedParams,
     fp8_block_gemm_op,
     fp8_block_quantize_op,
+    grouped_fp8_block_quantize_op,
 )
-from ..reference import cast_canonical, fp8_block
-from ._base import AbstractFormat, GemmView, PartArrays, Quantized, canonical_dbias
+from ..reference import cast_canonical, fp8_block, grouped, multiply
+from ._base import (
+    AbstractFormat,
+    GemmView,
+    GroupedRows,
+    PartArrays,
+    Quantized,
+    canonical_dbias,
+)
 
 
 class FP8BlockFormat(AbstractFormat):
@@ -61,11 +70,29 @@ class FP8BlockFormat(AbstractFormat):
 
     def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
                          one_group_per_unit=False):
-        del one_group_per_unit
-        raise ValueError(
-            "eqx_quant: grouped quantization does not support Float8BlockQuantizer yet (FP8 "
-            "block scaling); use it through quantize / gemm / dense, or group with "
-            "BlockScaleQuantizer (MXFP8) or CurrentScaleQuantizer."
+        """The grouped op runs as XLA (its pure-JAX reference) on every platform: it has no
+        kernel yet, so `impl="ffi"` is refused here rather than failing at lowering."""
+        del key_words, one_group_per_unit  # the scale matrices span the whole tensor
+        if impl == "ffi":
+            raise ValueError(
+                "eqx_quant: grouped quantization with Float8BlockQuantizer has no compiled "
+                "kernel yet (it runs as XLA, the pure-JAX reference, on every platform), so "
+                "impl='ffi' cannot be served; pass impl='auto' or impl='reference'."
+            )
+        layout = quantizer.q_layout
+        params = GroupedParams(
+            kind="fp8_block", q_dtype=quantizer.q_dtype, rows_per_unit=rows_per_unit,
+            impl=impl, rowwise=layout.has_rowwise, colwise=layout.has_colwise,
+            use_2d=quantizer.use_2d, power_2_scales=quantizer.power_2_scales,
+            amax_epsilon=float(quantizer.amax_epsilon),
+        )
+        row, row_s, col, col_s = grouped_fp8_block_quantize_op.bind(
+            x2d, group_sizes, params=params
+        )
+        amax = jnp.zeros((group_sizes.shape[0],), jnp.float32)
+        return (
+            PartArrays(row, row_s, amax, "N", False),
+            PartArrays(col, col_s, amax, "T", True),
         )
 
     def dequantize(self, data, scale_inv, amax, meta):
@@ -75,8 +102,10 @@ class FP8BlockFormat(AbstractFormat):
         split = meta.flatten_axis if meta.layout == "N" else meta.ndim - meta.flatten_axis
         rows, cols = math.prod(stored[:split]), math.prod(stored[split:])
         use_2d = meta.scaling_mode == ScalingMode.FP8_BLOCK_2D_SCALING
-        flat_q = data.reshape((-1, rows, cols))
-        flat_s = scale_inv.reshape((-1,) + scale_inv.shape[lead:])
+        # The examples counted explicitly: -1 is ambiguous for tensors of no elements.
+        examples = math.prod(data.shape[:lead])
+        flat_q = data.reshape((examples, rows, cols))
+        flat_s = scale_inv.reshape((examples,) + scale_inv.shape[lead:])
         y = jax.vmap(lambda q, s: fp8_block.dequantize_2d(q, s, use_2d, meta.dq_dtype))(
             flat_q, flat_s
         )
@@ -127,7 +156,40 @@ class FP8BlockFormat(AbstractFormat):
         return y
 
     def decode_rows(self, q, scale_inv, amax, group, scale_bytes):
-        raise ValueError("eqx_quant: FP8 block scaling has no grouped tensors yet.")
+        del scale_inv, amax, group
+        return multiply(q.astype(jnp.float32), scale_bytes())
+
+    def grouped_element_scales(self, scale_inv, rows: GroupedRows, cols: int, *, colwise,
+                               mode):
+        """Element (r, c) of group g, local row l: 1x128 rowwise `S[r, c // 128]`, colwise
+        `S[c, u_g + l // 128]`; 128x128 rowwise `S[u_g + l // 128, c // 128]`, colwise
+        `S[c // 128, u_g + l // 128]` (docs/grouped.md, "FP8 block scaling")."""
+        b = self.block_size
+        col = jnp.arange(cols, dtype=jnp.int32)[None, :]
+        row = jnp.arange(rows.local.shape[0], dtype=jnp.int32)[:, None]
+        unit = (grouped.first_units(rows.counts, b)[rows.group] + rows.local // b)[:, None]
+        if mode == ScalingMode.FP8_BLOCK_2D_SCALING:
+            i, j = (col // b, unit) if colwise else (unit, col // b)
+        else:
+            i, j = (col, unit) if colwise else (row, col // b)
+        flat = scale_inv.reshape(-1)
+        shape = (rows.local.shape[0], cols)
+        if flat.shape[0] == 0:  # no elements
+            return jnp.zeros(shape, jnp.float32)
+        # Rows past the last group may point past the matrix: clipped (the caller zeroes them).
+        at = jnp.clip(i * scale_inv.shape[-1] + j, 0, flat.shape[0] - 1)
+        return jnp.broadcast_to(flat[at], shape)
+
+    def grouped_scale_tile(self, scale_inv, starts, counts, g, cols, *, colwise, mode):
+        """1x128 rowwise: the group's rows of `S`; otherwise its columns (colwise) or rows
+        (128x128 rowwise) `[u_g, u_g + ceil(rows_g / 128))`."""
+        b = self.block_size
+        count = int(counts[g])
+        if mode == ScalingMode.FP8_BLOCK_1D_SCALING and not colwise:
+            return scale_inv[int(starts[g]) : int(starts[g]) + count]
+        first = int(sum(-(-int(c) // b) for c in counts[:g]))
+        units = slice(first, first + -(-count // b))
+        return scale_inv[:, units] if colwise else scale_inv[units]
 
     def round_to(self, y, dq_dtype):
         return cast_canonical(y, dq_dtype)

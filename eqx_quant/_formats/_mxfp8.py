@@ -63,12 +63,12 @@ class MXFP8Format(AbstractFormat):
 
     def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
                          one_group_per_unit=False):
-        del one_group_per_unit  # the scale buffers are laid out for the whole tensor
         del key_words
         layout = quantizer.q_layout
         params = GroupedParams(
             kind="mxfp8", q_dtype=quantizer.q_dtype, rows_per_unit=rows_per_unit, impl=impl,
             rowwise=layout.has_rowwise, colwise=layout.has_colwise,
+            one_group_per_unit=one_group_per_unit,
         )
         row, row_s, col, col_s = grouped_mxfp8_quantize_op.bind(x2d, group_sizes, params=params)
         amax = jnp.zeros((group_sizes.shape[0],), jnp.float32)

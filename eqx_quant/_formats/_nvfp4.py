@@ -100,7 +100,6 @@ class NVFP4Format(AbstractFormat):
 
     def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
                          one_group_per_unit=False):
-        del one_group_per_unit  # the scale buffers are laid out for the whole tensor
         groups = group_sizes.shape[0]
         amax = group_amax(x2d, group_sizes, rows_per_unit)
         sr = quantizer.stochastic_rounding
@@ -109,7 +108,7 @@ class NVFP4Format(AbstractFormat):
         params = GroupedParams(
             kind="nvfp4", use_2d=quantizer.use_2d, stochastic_rounding=sr,
             rows_per_unit=rows_per_unit, impl=impl, rowwise=layout.has_rowwise,
-            colwise=layout.has_colwise,
+            colwise=layout.has_colwise, one_group_per_unit=one_group_per_unit,
         )
         row, row_s, col, col_s = grouped_nvfp4_quantize_op.bind(
             x2d, amax, keys, group_sizes, params=params

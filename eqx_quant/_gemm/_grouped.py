@@ -4,9 +4,10 @@
 weights), `rhs` a stack of G quantized weights, one `quantize` per expert (e.g. built with
 `jax.vmap`). Row m of group g of the result is `lhs[m] @ rhs[g]`; rows past the last group
 are 0. The arithmetic is `gemm`'s: per-tensor FP8 as an FP8 `jax.lax.ragged_dot` times each
-row's `scale_inv_lhs[g] * scale_inv_rhs[g]`; block formats as exact bfloat16 values with
+row's `scale_inv_lhs[g] * scale_inv_rhs[g]`; MXFP8 and NVFP4 as exact bfloat16 values with
 float32 sums (NVFP4: each row's product times its group's two global scales;
-`_operands.py`). The gradient is straight-through, as for `gemm`.
+`_operands.py`); FP8 block scaling, whose values bfloat16 does not hold, as dequantized
+float32 values at HIGHEST precision. The gradient is straight-through, as for `gemm`.
 """
 
 import functools

@@ -4,9 +4,11 @@ Both operands are grouped token matrices with the same groups: `x` `(M, K)` and 
 `(M, N)`; the result is `(G, K, N)`, the contraction running over each group's rows (TE's
 grouped GEMM with ragged contracting dims). The block formats read each operand's colwise
 copy, whose blocks run down the rows of a group; per-tensor FP8 multiplies the FP8 values
-of either copy and scales group g by `scale_inv_x[g] * scale_inv_dy[g]`; block formats are
+of either copy and scales group g by `scale_inv_x[g] * scale_inv_dy[g]`; MXFP8 and NVFP4 are
 multiplied as exact bfloat16 values with float32 sums (NVFP4: group g times its two global
-scales; `_operands.py`). The gradient is straight-through, as for `gemm`.
+scales; `_operands.py`), FP8 block scaling, whose values bfloat16 does not hold, as
+dequantized float32 values at HIGHEST precision. The gradient is straight-through, as for
+`gemm`.
 """
 
 import functools
@@ -29,7 +31,13 @@ from .._tensor import (
     rows_view,
 )
 from ._grouped import bf16_rows, check_token_matrix_part, part_cotangent
-from ._operands import check_modes, fp8_product, out_dtype_name, product_factor
+from ._operands import (
+    check_modes,
+    fp8_product,
+    multiplies_in_bf16,
+    out_dtype_name,
+    product_factor,
+)
 from ._ragged import (
     group_counts,
     grouped_outer,
@@ -43,6 +51,7 @@ class _Spec(NamedTuple):
     x: GroupedLayout  # float32 dequantize targets
     dy: GroupedLayout
     on_payloads: bool  # per-tensor FP8: the product of the stored payloads
+    in_bf16: bool  # MXFP8, NVFP4: the product of exact bfloat16 values
     out_dtype: str
     check: bool
 
@@ -84,8 +93,9 @@ def _spec(x, dy, out_dtype, check):
     on_payloads = check_modes(fn, xp, gp, ("x", "dy"))
     out = out_dtype_name(fn, xp.dq_dtype, out_dtype)
     f32 = dict(dq_dtype="float32")
-    spec = _Spec(xp._layout._replace(**f32), gp._layout._replace(**f32), on_payloads, out,
-                 bool(check))
+    in_bf16 = multiplies_in_bf16(xp.scaling_mode, None, gp.scaling_mode, None)
+    spec = _Spec(xp._layout._replace(**f32), gp._layout._replace(**f32), on_payloads, in_bf16,
+                 out, bool(check))
     return spec, xp, gp
 
 
@@ -98,6 +108,10 @@ def _grouped_wgrad_vjp(x_arrays, dy_arrays, spec: _Spec):
     rows = spec.x.original_shape[0]
     counts = group_counts(group_sizes, rows)
     (_, k), (_, n) = spec.x.original_shape, spec.dy.original_shape
+    if not (spec.on_payloads or spec.in_bf16):
+        a, c = dequantize_grouped(*x_arrays, spec.x), dequantize_grouped(*dy_arrays, spec.dy)
+        out = outer_per_group(jax.lax.Precision.HIGHEST)(a, c, counts)
+        return out.astype(spec.out_dtype)
     if kernel_fits((k, n), *x_arrays, *dy_arrays):
         return _on_kernel(x_arrays, dy_arrays, counts, spec)
     if spec.on_payloads:

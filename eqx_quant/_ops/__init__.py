@@ -63,6 +63,9 @@ from .grouped_quantize import (
     grouped_dbias_op as grouped_dbias_op,
 )
 from .grouped_quantize import (
+    grouped_fp8_block_quantize_op as grouped_fp8_block_quantize_op,
+)
+from .grouped_quantize import (
     grouped_fp8_quantize_op as grouped_fp8_quantize_op,
 )
 from .grouped_quantize import (

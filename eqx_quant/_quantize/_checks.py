@@ -13,6 +13,7 @@ from .._quantizer import (
     BlockScaleQuantizer,
     CurrentScaleQuantizer,
     DelayedScaleQuantizer,
+    Float8BlockQuantizer,
     GroupedDelayedScaleQuantizer,
     NVFP4Quantizer,
     holds_stack,
@@ -236,7 +237,8 @@ def check_grouped(fn, x, group_sizes, quantizer, flatten_axis, impl, key) -> int
         )
     if not isinstance(
         quantizer,
-        CurrentScaleQuantizer | GroupedDelayedScaleQuantizer | BlockScaleQuantizer | NVFP4Quantizer,
+        CurrentScaleQuantizer | GroupedDelayedScaleQuantizer | BlockScaleQuantizer | NVFP4Quantizer
+        | Float8BlockQuantizer,
     ):
         raise TypeError(f"{fn}: unsupported quantizer {type(quantizer).__name__}.")
     return fa

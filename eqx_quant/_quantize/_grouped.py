@@ -224,7 +224,9 @@ def grouped_quantize(
     - `group_sizes`: int32 `(G,)`, entries of axis 0 per group (on the device; empty groups
       allowed), or None for a weight-like `[G, K, N]` (one group per leading index).
     - `quantizer`: `CurrentScaleQuantizer`, `GroupedDelayedScaleQuantizer`,
-      `BlockScaleQuantizer` (MXFP8) or `NVFP4Quantizer` (without RHT).
+      `BlockScaleQuantizer` (MXFP8), `NVFP4Quantizer` (without RHT) or
+      `Float8BlockQuantizer` (1x128 or 128x128 blocks from each group's start; it runs as
+      XLA for now, so `impl="ffi"` is refused).
     - `flatten_axis`: the 2-D view `(prod S[:fa], prod S[fa:])`; `fa >= 1`. Default -1.
     - `key`: for NVFP4 stochastic rounding; group g uses `jax.random.fold_in(key, g)`.
     - `check`: raise at run time if `group_sizes` has a negative entry or

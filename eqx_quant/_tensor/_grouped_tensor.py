@@ -17,8 +17,8 @@ from beartype import beartype
 from jaxtyping import Array, Float, Int, Shaped, jaxtyped
 
 from .._core import ScalingMode
-from .._formats import format_of
-from ..reference import grouped, mxfp8
+from .._formats import GroupedRows, format_of
+from ..reference import grouped
 from ._scaled_tensor import (
     AbstractLayoutPair,
     AbstractScaledTensor,
@@ -48,10 +48,6 @@ class GroupedLayout(NamedTuple):
     @property
     def rows_per_unit(self) -> int:
         return math.prod(self.original_shape[1 : self.flatten_axis])
-
-    @property
-    def block(self) -> int:
-        return format_of(self.scaling_mode).block_size
 
 
 class RowLocation(NamedTuple):
@@ -94,22 +90,13 @@ def _stored_view(a, w: RowLocation, layout: GroupedLayout):
     return jnp.zeros((r * n,), a.dtype).at[at.reshape(-1)].set(a.reshape(-1), mode="drop")
 
 
-def _element_scale_bytes(scale_inv, w: RowLocation, layout: GroupedLayout):
-    """Every element's block-scale byte, gathered from the swizzled per-group regions."""
-    colwise = layout.is_colwise
-    block, n = layout.block, layout.cols
-    regions = grouped.scale_regions(w.counts, n, block, colwise)
+def _element_scales(scale_inv, w: RowLocation, layout: GroupedLayout):
+    """Every element's block scale, gathered from the part's scale layout (its format's)."""
     g = jnp.minimum(w.gid, w.counts.shape[0] - 1)
-    c = jnp.arange(n, dtype=jnp.int32)[None, :]
-    local = w.local[:, None]
-    if colwise:  # T_g[c, local // B]
-        i, j = jnp.broadcast_to(c, (layout.rows, n)), local // block
-    else:  # T_g[local, c // B]
-        i, j = jnp.broadcast_to(local, (layout.rows, n)), c // block
-    q = regions.padded_cols[g][:, None]
-    at = regions.offsets[g][:, None] + mxfp8.swizzle_offset(i, j, q)
-    u = mxfp8.byte_view(scale_inv)
-    return u[jnp.clip(at, 0, max(u.shape[0] - 1, 0))]
+    rows = GroupedRows(w.starts, w.counts, g, w.local)
+    return format_of(layout.scaling_mode).grouped_element_scales(
+        scale_inv, rows, layout.cols, colwise=layout.is_colwise, mode=layout.scaling_mode
+    )
 
 
 def _check_int32(layout: GroupedLayout, fn: str) -> None:
@@ -128,7 +115,7 @@ def dequantize_grouped(data, scale_inv, amax, group_sizes, layout: GroupedLayout
     inside = (w.gid < group_sizes.shape[0])[:, None]
     q = rows_view(data, w, layout)
     fmt = format_of(layout.scaling_mode)
-    y = fmt.decode_rows(q, scale_inv, amax, g, lambda: _element_scale_bytes(scale_inv, w, layout))
+    y = fmt.decode_rows(q, scale_inv, amax, g, lambda: _element_scales(scale_inv, w, layout))
     out = fmt.round_to(jnp.where(inside, y, jnp.float32(0)), layout.dq_dtype)
     return out.reshape(layout.original_shape)
 
@@ -213,11 +200,12 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
 
     **Fields:**
 
-    - `data`: rowwise (and MXFP8 colwise) data in x's shape; tensor-scaling and NVFP4
-      colwise data flat, each group's `(N, rows_g)` transpose at `start_g * N`.
-    - `scale_inv`: float32 `(G,)` for tensor scaling; for block formats the flat buffer of
-      per-group padded, swizzled (GEMM-ready) scale regions.
-    - `amax`: float32 `(G,)`, each group's amax (0 for MXFP8).
+    - `data`: rowwise (and MXFP8 colwise) data in x's shape; tensor-scaling, NVFP4 and FP8
+      block colwise data flat, each group's `(N, rows_g)` transpose at `start_g * N`.
+    - `scale_inv`: float32 `(G,)` for tensor scaling; for MXFP8 and NVFP4 the flat buffer of
+      per-group padded, swizzled (GEMM-ready) scale regions; for FP8 block scaling float32
+      matrices with each group's blocks in its own rows or columns.
+    - `amax`: float32 `(G,)`, each group's amax (0 for MXFP8 and FP8 block scaling).
     - `group_sizes`: int32 `(G,)`, entries of axis 0 per group.
     - static: `scaling_mode`, `original_shape`, `flatten_axis`, `dq_dtype`, `data_layout`
       ("N" or "T"), `is_colwise`.
@@ -285,7 +273,7 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
             data = self.data.reshape(-1)[start * n : (start + count) * n].reshape(n, count)
         return ScaledTensor1x(
             data=data,
-            scale_inv=self._group_scales(g, counts),
+            scale_inv=self._group_scales(g, starts, counts),
             amax=self.amax[g : g + 1],
             scaling_mode=self.scaling_mode,
             data_layout=self.data_layout,
@@ -299,21 +287,12 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
         """Group `g`'s scales, unswizzled, in the dense part's `scale_inv` shape. Eager only."""
         return self._group_part(g, "scale_inv_for_group").scale_inv
 
-    def _group_scales(self, g, counts):
-        layout = self._layout
+    def _group_scales(self, g, starts, counts):
         fmt = format_of(self.scaling_mode)
         if not fmt.is_block:
             return self.scale_inv[g : g + 1]
-        regions = grouped.scale_regions(
-            jnp.asarray(counts), layout.cols, layout.block, self.is_colwise
-        )
-        begin = int(regions.offsets[g])
-        rp, cp = int(regions.padded_rows[g]), int(regions.padded_cols[g])
-        region = self.scale_inv[begin : begin + rp * cp].reshape(rp, cp)
-        shape = (int(regions.tile_rows[g]), int(regions.tile_cols[g]))
-        tile = mxfp8.unswizzle_scales(region, rowwise=True, shape=shape)
-        # A colwise part kept in x's layout has its scales down the rows.
-        return tile.T if self.is_colwise and fmt.colwise_data_layout == "N" else tile
+        return fmt.grouped_scale_tile(self.scale_inv, starts, counts, g, self._layout.cols,
+                                      colwise=self.is_colwise, mode=self.scaling_mode)
 
 
 @jaxtyped(typechecker=beartype)

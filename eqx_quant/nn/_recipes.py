@@ -257,7 +257,8 @@ class NVFP4BlockScaling(AbstractRecipe):
 class Float8BlockScaling(AbstractRecipe):
     """FP8 with one float32 scale per 1x128 block of the activations and gradients and per
     128x128 tile of the weights (TE PyTorch's `Float8BlockScaling`, the DeepSeek-V3 recipe).
-    Stateless. Dense layers only for now (no grouped FP8 block scaling yet).
+    Stateless. In `GroupedLinear` the tokens and gradients are quantized grouped (1x128
+    blocks from each group's start) and each expert's weight on its own.
 
     **Arguments:**
 
@@ -284,11 +285,4 @@ class Float8BlockScaling(AbstractRecipe):
         return Float8BlockQuantizer(
             q_dtype=_fp8_dtype(self.fp8_format, role), block=block,
             power_2_scales=self.power_2_scales,
-        )
-
-    def grouped_quantizers(self, state: ScalingState | None, num_groups: int) -> DenseQuantizers:
-        raise ValueError(
-            "Float8BlockScaling: GroupedLinear / grouped_dense do not support FP8 block "
-            "scaling yet; use MXFP8BlockScaling, CurrentScaling or DelayedScaling for the "
-            "experts (quantize_model's recipe may be a function of the path)."
         )

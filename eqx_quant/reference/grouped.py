@@ -16,7 +16,7 @@ from jax import lax
 from jaxtyping import Array, Float, Int, Shaped
 
 from .._core import varying_axes
-from . import blocks_nd, mxfp8
+from . import blocks_nd, fp8_block, mxfp8
 from .fp8 import fp8_quantize, reciprocal
 from .ieee import add, bits, from_bits, max_abs
 from .nvfp4 import NVFP4_BLOCK
@@ -313,6 +313,84 @@ def grouped_nvfp4_quantize(
         data_dtype=jnp.uint8,
         quantize_group=quantize_group,
     )
+
+
+def first_units(counts: Int[Array, " G"], unit: int) -> Int[Array, " G"]:
+    """`u_g = sum_{h<g} ceil(rows_h / unit)`: where group g's blocks of `unit` rows begin in
+    a grouped part's stacked scale matrix (FP8 block scaling's colwise and 128x128 scales)."""
+    units = (counts + unit - 1) // unit
+    return jnp.cumsum(units) - units
+
+
+def _place_units(out, tile, first, count):
+    """Write columns `[0, count)` of `tile` (A, T) to columns `[first, first + count)` of
+    `out` (A, U); the other columns of `out` are kept."""
+    if out.shape[1] == 0 or tile.shape[1] == 0:
+        return out
+    j = jnp.arange(out.shape[1], dtype=jnp.int32) - first
+    inside = (j >= 0) & (j < count)
+    return jnp.where(inside[None, :], tile[:, jnp.clip(j, 0, tile.shape[1] - 1)], out)
+
+
+def grouped_fp8_block_quantize(x, group_sizes, *, q_dtype, use_2d, power_2_scales, epsilon,
+                               rows_per_unit, rowwise, colwise):
+    """`(row, row_scale, col, col_scale)` of one example (docs/grouped.md, "FP8 block
+    scaling"): data as the per-tensor op's (rowwise `(R, N)`, colwise the flat T layout),
+    float32 scale_inv matrices. 1x128: rowwise `(R, nb)`, row r's blocks; colwise `(N, U)`,
+    group g's `(N, ceil(rows_g/128))` in columns `[u_g, ...)`. 128x128: rowwise `(U, nb)`,
+    group g's tiles in rows `[u_g, ...)`; colwise `(nb, U)`, their transpose. `nb =
+    ceil(N/128)`, `U = most_units(R, G, 128)`, `u_g = first_units(...)[g]`."""
+    r, n = x.shape
+    block = fp8_block.BLOCK
+    units = most_units(r, group_sizes.shape[0], block)
+    nb = -(-n // block)
+    q = jnp.dtype(q_dtype)
+    f32 = jnp.float32
+    kw = dict(q_dtype=q_dtype, power_2_scales=power_2_scales, epsilon=epsilon)
+    starts, counts = group_bounds(group_sizes, rows_per_unit, r)
+    first = first_units(counts, block)
+    row, row_s = _empty(q), _empty(f32)
+    col, col_s = _empty(q), _empty(f32)
+    if rowwise and not use_2d:
+        # A 1x128 block lies in one row, so one dense pass over x with the rows of no group
+        # zeroed gives every group's bytes and scales (and all-zero blocks past the sum).
+        gid = row_groups(starts, counts, r)
+        inside = (gid < group_sizes.shape[0])[:, None]
+        row, row_s = fp8_block.quantize_2d(jnp.where(inside, x, jnp.zeros((), x.dtype)),
+                                           use_2d=False, **kw)
+    if not (colwise or use_2d):
+        return row, row_s, col, col_s
+    # The scan carries only what it writes (1x128 rowwise parts are done above).
+    init = (
+        jnp.zeros((r, n), q) if rowwise and use_2d else _empty(q),
+        jnp.zeros((units, nb), f32) if rowwise and use_2d else _empty(f32),
+        jnp.zeros((r * n,), q) if colwise else _empty(q),
+        jnp.zeros((nb, units) if use_2d else (n, units), f32) if colwise else _empty(f32),
+    )
+
+    def body(carry, g, start, count, gid):
+        row, row_s, col, col_s = carry
+        xg = _group_rows(x, start, count)
+        k = (count + block - 1) // block
+        if use_2d:  # tiles of 128 rows from the group's start; colwise = their transpose
+            d, s = fp8_block.quantize_2d(xg, use_2d=True, **kw)
+            if rowwise:
+                row = _place_rows(row, d, gid, g, start)
+                row_s = _place_units(row_s.T, s.T, first[g], k).T
+            if colwise:
+                col = _place_transposed(col, d.T, start, count, n)
+                col_s = _place_units(col_s, s.T, first[g], k)
+        else:  # the transposed group's rows, blocked along its own rows
+            d_t, s_t = fp8_block.quantize_2d(xg.T, use_2d=False, **kw)
+            col = _place_transposed(col, d_t, start, count, n)
+            col_s = _place_units(col_s, s_t, first[g], k)
+        return row, row_s, col, col_s
+
+    (s_row, s_row_s, col, col_s), _, _ = _scan_groups(x, group_sizes, rows_per_unit, init,
+                                                       body)
+    if use_2d:
+        row, row_s = s_row, s_row_s
+    return row, row_s, col, col_s
 
 
 def prefix_tree_sum(v: Float[Array, "R N"], count) -> Float[Array, " N"]:

@@ -381,10 +381,3 @@ def test_vmap_over_examples_compiles_to_the_batched_program(recipe):
     mapped = ops(lambda m, x: jnp.sum(jax.vmap(m)(x).astype(jnp.float32) ** 2))
     assert batched == mapped
     assert batched["dot"] == 2  # forward and weight gradient (dx is not asked for)
-
-
-def test_grouped_linear_rejects_fp8_block_scaling_clearly():
-    layer = qnn.GroupedLinear(3, 64, 32, recipe=qnn.Float8BlockScaling(), key=jax.random.key(1))
-    with pytest.raises(ValueError, match=r"Float8BlockScaling: GroupedLinear / grouped_dense do "
-                                         r"not support FP8 block scaling yet"):
-        layer(_x((32, 64)), jnp.array([16, 0, 16], jnp.int32))

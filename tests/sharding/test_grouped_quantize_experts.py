@@ -1,10 +1,9 @@
 """Expert-parallel quantization of stacked expert weights under sharded `jit`: a `[G, K, N]`
 tensor quantized with `grouped_quantize(w, None, q)` (group g is expert g) and its leading
-(expert) axis sharded over 8 devices keeps that sharding with per-tensor FP8 and in
-`grouped_quantize_dbias`: each device quantizes its own experts, the bytes equal the
-unsharded call's, and nothing weight-sized is gathered (only per-row amax keys and the group
-sizes). The block formats' scale buffers are laid out for the whole tensor: their rows stay
-whole (docs/distributed.md)."""
+(expert) axis sharded over 8 devices keeps that sharding with per-tensor FP8, MXFP8 and
+NVFP4 and in `grouped_quantize_dbias`: each device quantizes its own experts, the bytes equal
+the unsharded call's, and nothing weight-sized is gathered (only per-row amax keys, the group
+sizes and, for the block formats, the packed scale buffers; docs/distributed.md)."""
 
 import re
 
@@ -27,7 +26,13 @@ QUANTIZERS = {
     "current_rowwise": lambda: eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE),
     "delayed": lambda: eqq.GroupedDelayedScaleQuantizer(
         G, scale=jnp.linspace(1.0, 4.0, G, dtype=jnp.float32)),
+    "mxfp8": lambda: eqq.BlockScaleQuantizer(),
+    "nvfp4": lambda: eqq.NVFP4Quantizer(),
+    "nvfp4_2d": lambda: eqq.NVFP4Quantizer(use_2d=True),
 }
+# The block formats' scale buffers are gathered (each device's swizzled scales, a small
+# fraction of its experts' bytes); nothing data-sized moves.
+BLOCK_FORMATS = ("mxfp8", "nvfp4", "nvfp4_2d")
 
 
 def _gathered_elements(hlo: str) -> list[int]:
@@ -57,7 +62,33 @@ def test_experts_stay_on_their_devices(name, axis_type, dbias):
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
         assert_same_bytes(a, b, f"{name} dbias={dbias}")
     gathered = _gathered_elements(hlo)
-    assert all(c <= G * K for c in gathered), f"weight-sized all-gather: {gathered}"
+    tensor = got[0] if dbias else got
+    limit = G * K
+    if name in BLOCK_FORMATS:
+        scales = [p.scale_inv.size for p in (tensor.rowwise, tensor.colwise) if p is not None]
+        assert max(scales) < G * K * N // 4  # swizzled scale bytes, well below the data's
+        limit = max(scales)
+        assert gathered, "the scale buffers are gathered"
+    assert all(c <= limit for c in gathered), f"weight-sized all-gather: {gathered}"
     if axis_type == AxisType.Auto:
-        tensor = got[0] if dbias else got
         assert tensor.rowwise.data.sharding.spec[0] == "ep"
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "nvfp4"])
+def test_block_format_experts_over_two_mesh_axes_and_under_vmap(name):
+    """Experts split over two mesh axes at once (a compound axis), and a vmapped stack of two
+    such tensors: the gathered scale buffers keep the groups in order."""
+    q = QUANTIZERS[name]()
+    w = jnp.asarray(random_input((2, G, K, N), jnp.bfloat16, seed=8) * 3)
+    f = jax.jit(jax.vmap(lambda w: eqq.grouped_quantize(w, None, q)))
+    expected = f(w)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
+    with jax.set_mesh(mesh):
+        ws = jax.device_put(w, NamedSharding(mesh, P(None, ("a", "b"))))
+        got = f(ws)
+        hlo = f.lower(ws).compile().as_text()
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        assert_same_bytes(a, b, name)
+    limit = max(p.scale_inv.size for p in (got.rowwise, got.colwise) if p is not None)
+    assert all(c <= limit for c in _gathered_elements(hlo))
+    assert got.rowwise.data.sharding.spec[1] == ("a", "b")
