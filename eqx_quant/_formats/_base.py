@@ -1,9 +1,10 @@
 """What a scaling format is: everything that differs between scaling modes, in one contract.
 
-Each final format (`_tensor_scaling.py`, `_mxfp8.py`, `_nvfp4.py`, `_fp8_block.py`) says, for its modes:
-which op quantizes (dense and grouped) and how the op's outputs become parts, how a part is
-dequantized, what a GEMM multiplies (the payloads, the exact values, or a block-scaled product) and what factor
-scales the product, and how its scales are laid out (block size, colwise orientation).
+Each final format (`_tensor_scaling.py`, `_mxfp8.py`, `_nvfp4.py`, `_fp8_block.py`) says,
+for its modes: which op quantizes (dense and grouped) and how the op's outputs become parts,
+how a part is dequantized, what a GEMM multiplies (the payloads, the exact values, or a
+block-scaled product, dense or grouped) and what factor scales the product, and how its
+scales are laid out (block size, colwise orientation).
 Nothing outside `_formats/` branches on the scaling mode.
 """
 
@@ -195,6 +196,22 @@ class AbstractFormat(eqx.Module):
         contraction trailing, with their compact scales), where `has_scaled_gemm`: float32
         sums, in `out_dtype` where the GEMM can write it (else float32)."""
         raise NotImplementedError(f"{type(self).__name__} has no block-scaled GEMM")
+
+    def grouped_scaled_gemm(self, lhs: GemmView, rhs: GemmView, a, a_scale, b, b_scale,
+                            group_sizes, *, out_dtype: str, impl: str | None,
+                            otherwise: Callable[[], Array]) -> Array | None:
+        """The expert GEMM's `(M, N)` product in `out_dtype` on a grouped block-scaled GEMM,
+        or None where the format has none for this pair (the caller then multiplies the
+        dequantized values). `a (M, K)`: a grouped part's rowwise payloads, its groups
+        `group_sizes`; `b (G, N, K)`: the experts' payloads, the contraction trailing; the
+        scales as the parts store them; `lhs`, `rhs`: the 2-D views of `a` and of one expert.
+
+        `impl=None`: the GEMM only where it runs its compiled kernel by default; elsewhere
+        the product is `otherwise()` (the dequantized one, in `out_dtype`), chosen when the
+        program is lowered for a platform. `"ffi"` / `"reference"` force the GEMM's kernel
+        or its pure-JAX reference on every platform (tests)."""
+        del lhs, rhs, a, a_scale, b, b_scale, group_sizes, out_dtype, impl, otherwise
+        return None
 
 
 def group_amax(x2d, group_sizes, rows_per_unit: int):

@@ -16,6 +16,7 @@ from .._ops import (
     fp8_block_quantize_op,
     grouped_fp8_block_quantize_op,
 )
+from .._ops.grouped_fp8_block_gemm import grouped_fp8_block_gemm, kernel_runs_by_default
 from ..reference import cast_canonical, fp8_block, grouped, multiply
 from ._base import (
     AbstractFormat,
@@ -154,6 +155,40 @@ class FP8BlockFormat(AbstractFormat):
         params = Fp8BlockGemmParams(b_tiles=rhs.mode == two_d, impl="auto")
         (y,) = fp8_block_gemm_op.bind(a, a_scale.T, b, b_scale.T, params=params)
         return y
+
+    def grouped_scaled_gemm(self, lhs, rhs, a, a_scale, b, b_scale, group_sizes, *,
+                            out_dtype, impl, otherwise):
+        """1x128 E4M3 tokens times E4M3 experts (1x128 or 128x128) on
+        `eqx_quant_grouped_fp8_block_gemm` (CUTLASS on CUDA), which takes the stored parts as
+        they are: the tokens' `(M, ceil(K/128))` scales, the experts' `(G, N, ceil(K/128))`
+        or `(G, ceil(N/128), ceil(K/128))`. Its kernel's 16-byte TMA rows need K a multiple of
+        16 and N of 8 (bfloat16 out) or 4 (float32 out; float16 is cast from it)."""
+        op_out = out_dtype if out_dtype in ("bfloat16", "float32") else "float32"
+        e4m3 = jnp.dtype(jnp.float8_e4m3fn)
+        fits = (
+            lhs.mode == ScalingMode.FP8_BLOCK_1D_SCALING
+            and lhs.dtype == rhs.dtype == e4m3
+            and min(lhs.rows, lhs.k, rhs.rows, b.shape[0]) > 0
+            and lhs.k % 16 == 0
+            and rhs.rows % (8 if op_out == "bfloat16" else 4) == 0
+        )
+        if not fits:
+            return None
+
+        def product():
+            y = grouped_fp8_block_gemm(a, a_scale, b, b_scale, group_sizes, out_dtype=op_out,
+                                       impl="auto" if impl is None else impl)
+            return y.astype(out_dtype)
+
+        if impl is not None:
+            return product()
+        # Chosen when the program is lowered for a platform: the op where it runs its
+        # kernel, the caller's product elsewhere. While no platform runs the kernel, the
+        # op stays out of the program.
+        on_kernel = {p: product for p in ("cpu", "cuda") if kernel_runs_by_default(p)}
+        if not on_kernel:
+            return None
+        return jax.lax.platform_dependent(**on_kernel, default=otherwise)
 
     def decode_rows(self, q, scale_inv, amax, group, scale_bytes):
         del scale_inv, amax, group

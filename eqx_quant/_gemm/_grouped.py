@@ -7,7 +7,15 @@ are 0. The arithmetic is `gemm`'s: per-tensor FP8 as an FP8 `jax.lax.ragged_dot`
 row's `scale_inv_lhs[g] * scale_inv_rhs[g]`; MXFP8 and NVFP4 as exact bfloat16 values with
 float32 sums (NVFP4: each row's product times its group's two global scales;
 `_operands.py`); FP8 block scaling, whose values bfloat16 does not hold, as dequantized
-float32 values at HIGHEST precision. The gradient is straight-through, as for `gemm`.
+float32 values at HIGHEST precision.
+
+A format may multiply a pair on a grouped block-scaled GEMM of the stored parts instead
+(`AbstractFormat.grouped_scaled_gemm`): FP8 block scaling's E4M3 1x128 tokens times E4M3
+experts go to `eqx_quant_grouped_fp8_block_gemm` (CUTLASS) on the platforms where that op
+runs its kernel by default, which none does until its GPU test has passed
+(`KERNEL_BY_DEFAULT`); the choice is made per platform when the program is lowered, so the
+CPU keeps the float32 product. `forced_grouped_gemm` takes the GEMM everywhere, for tests.
+The gradient is straight-through, as for `gemm`, and always the float32 one.
 """
 
 import functools
@@ -19,7 +27,7 @@ import numpy as np
 from beartype import beartype
 from jaxtyping import Array, Shaped, jaxtyped
 
-from .._core import validated_by
+from .._core import explicit_sharding, validated_by
 from .._tensor import (
     GroupedLayout,
     GroupedScaledTensor,
@@ -38,6 +46,7 @@ from ._operands import (
     float32_meta,
     fp8_product,
     grouped_bf16_rows,
+    grouped_scaled_gemm,
     multiplies_in_bf16,
     out_dtype_name,
     pick_part,
@@ -61,6 +70,8 @@ class _Spec(NamedTuple):
     rhs_transposed: bool  # the expert's stored data is (N, K)
     on_payloads: bool  # per-tensor FP8: the product of the stored payloads
     out_dtype: str
+    # The grouped block-scaled GEMM's impl, forced (tests); None: where its kernel is on.
+    scaled_impl: str | None = None
 
 
 def _lhs_part(fn: str, lhs) -> GroupedScaledTensor1x:
@@ -121,7 +132,7 @@ def _rhs_first(fn: str, rhs, groups: int) -> ScaledTensor1x:
     return first
 
 
-def _spec(lhs, rhs, rhs_contracting, out_dtype):
+def _spec(lhs, rhs, rhs_contracting, out_dtype, scaled_impl=None):
     """The static spec of one call and the two parts it reads (every check is here)."""
     fn = "grouped_gemm"
     lp = _lhs_part(fn, lhs)
@@ -144,7 +155,8 @@ def _spec(lhs, rhs, rhs_contracting, out_dtype):
     out = out_dtype_name(fn, lp.dq_dtype, out_dtype)
     lhs_layout = lp._layout._replace(dq_dtype="float32")
     in_bf16 = multiplies_in_bf16(lp.scaling_mode, None, rp.scaling_mode, rp.rht_sign_mask)
-    spec = _Spec(lhs_layout, float32_meta(rp), in_bf16, transposed, on_payloads, out)
+    spec = _Spec(lhs_layout, float32_meta(rp), in_bf16, transposed, on_payloads, out,
+                 scaled_impl)
     return spec, lp, rp
 
 
@@ -222,21 +234,43 @@ def _grouped_gemm_vjp(lhs_arrays, rhs_arrays, spec: _Spec):
     k, n = spec.lhs.original_shape[1], b_shape[1] if spec.rhs_transposed else b_shape[2]
     if (spec.on_payloads or spec.in_bf16) and kernel_fits((k, n), *lhs_arrays, *rhs_arrays):
         return _on_kernel(lhs_arrays, rhs_arrays, spec)
-    if spec.on_payloads or spec.in_bf16:
-        if spec.on_payloads:
-            y = fp8_product(functools.partial(_ragged, spec=spec, precision=None))(
-                lhs_arrays[0], rhs_arrays[0], group_sizes)
-        else:
-            a, b = _bf16_values(lhs_arrays, rhs_arrays, spec)
-            y = _ragged(a, b, group_sizes, spec, None)  # exact products, float32 sums
-        lf = product_factor(spec.lhs.scaling_mode, lhs_arrays)
-        rf = product_factor(spec.rhs.scaling_mode, rhs_arrays)
-        if lf is not None:
-            y = _times_group_factor(y, group_sizes, lf * rf[:, 0])
+    if not (spec.on_payloads or spec.in_bf16):
+        return _float_or_scaled(lhs_arrays, rhs_arrays, spec)
+    if spec.on_payloads:
+        y = fp8_product(functools.partial(_ragged, spec=spec, precision=None))(
+            lhs_arrays[0], rhs_arrays[0], group_sizes)
     else:
+        a, b = _bf16_values(lhs_arrays, rhs_arrays, spec)
+        y = _ragged(a, b, group_sizes, spec, None)  # exact products, float32 sums
+    lf = product_factor(spec.lhs.scaling_mode, lhs_arrays)
+    rf = product_factor(spec.rhs.scaling_mode, rhs_arrays)
+    if lf is not None:
+        y = _times_group_factor(y, group_sizes, lf * rf[:, 0])
+    return y.astype(spec.out_dtype)
+
+
+def _float_or_scaled(lhs_arrays, rhs_arrays, spec: _Spec):
+    """Operands whose values bfloat16 does not hold: the dequantized float32 values at
+    HIGHEST precision, or the format's grouped block-scaled GEMM of the stored parts (FP8
+    block scaling) where its kernel is on (or where a test forces it)."""
+    group_sizes = lhs_arrays[3]
+
+    def dequantized():
         a, b = _floats(lhs_arrays, rhs_arrays, spec)
         y = _ragged(a, b, group_sizes, spec, jax.lax.Precision.HIGHEST)
-    return y.astype(spec.out_dtype)
+        return y.astype(spec.out_dtype)
+
+    # The GEMM takes K-contiguous experts. Under Explicit mesh axes the two products would
+    # have to agree on their typed shardings: the float product keeps them as before.
+    explicit = any(explicit_sharding(x) is not None for x in (*lhs_arrays, *rhs_arrays))
+    if not spec.rhs_transposed or (spec.scaled_impl is None and explicit):
+        return dequantized()
+    # The GEMM clamps the sizes as grouped_quantize does (docs/grouped.md, "Groups").
+    y = grouped_scaled_gemm(
+        spec.lhs.scaling_mode, spec.rhs.scaling_mode, lhs_arrays[0], lhs_arrays[1],
+        rhs_arrays[0], rhs_arrays[1], group_sizes, out_dtype=spec.out_dtype,
+        impl=spec.scaled_impl, otherwise=dequantized)
+    return dequantized() if y is None else y
 
 
 def _grouped_gemm_fwd(lhs_arrays, rhs_arrays, spec):
@@ -293,6 +327,16 @@ def grouped_gemm(
 
     Works under `jit`, `vmap`, `grad` (straight-through) and `shard_map`.
     """
-    spec, lp, rp = _spec(lhs, rhs, rhs_contracting, out_dtype)
+    return forced_grouped_gemm(lhs, rhs, rhs_contracting, out_dtype=out_dtype,
+                               scaled_impl=None)
+
+
+def forced_grouped_gemm(lhs, rhs, rhs_contracting=0, *, out_dtype=None,
+                        scaled_impl: str | None):
+    """`grouped_gemm` with the grouped block-scaled GEMM (FP8 block scaling) taken with the
+    op's `scaled_impl` wherever the pair qualifies: `"ffi"` its kernel (CUDA), `"reference"`
+    its pure-JAX reference; None (`grouped_gemm`): only where its kernel runs by default.
+    For tests of the wiring before the kernel is on; other pairs are unaffected."""
+    spec, lp, rp = _spec(lhs, rhs, rhs_contracting, out_dtype, scaled_impl)
     lhs_arrays = (lp.data, lp.scale_inv, lp.amax, lp.group_sizes)
     return _grouped_gemm_vjp(lhs_arrays, (rp.data, rp.scale_inv, rp.amax), spec)

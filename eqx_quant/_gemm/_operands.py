@@ -76,6 +76,18 @@ def scaled_gemm(views, a, a_scale, b, b_scale, out_dtype: str = "float32"):
     return format_of(lhs.mode).scaled_gemm(lhs, rhs, a, a_scale, b, b_scale, out_dtype)
 
 
+def grouped_scaled_gemm(lhs_mode, rhs_mode, a, a_scale, b, b_scale, group_sizes, *,
+                        out_dtype: str, impl: str | None, otherwise):
+    """The expert GEMM's product of token rows `a (M, K)` and experts `b (G, N, K)` (the
+    stored payloads and scales) on their format's grouped block-scaled GEMM, or None where
+    it has none for the pair (`AbstractFormat.grouped_scaled_gemm`)."""
+    lhs = GemmView(a.shape[0], a.shape[1], jnp.dtype(a.dtype), lhs_mode)
+    rhs = GemmView(b.shape[1], b.shape[2], jnp.dtype(b.dtype), rhs_mode)
+    return format_of(lhs_mode).grouped_scaled_gemm(
+        lhs, rhs, a, a_scale, b, b_scale, group_sizes, out_dtype=out_dtype, impl=impl,
+        otherwise=otherwise)
+
+
 def grouped_bf16_rows(data, scale_inv, group_sizes, layout):
     """A grouped part's rows as exact bfloat16 values in the format's own op, or None."""
     return format_of(layout.scaling_mode).grouped_bf16_rows(data, scale_inv, group_sizes,

@@ -49,6 +49,12 @@ OUT_DTYPES = ("bfloat16", "float32")
 KERNEL_BY_DEFAULT = False
 
 
+def kernel_runs_by_default(platform: str) -> bool:
+    """Whether `impl="auto"` runs the op's compiled kernel on `platform` (else its reference):
+    what a caller asks before it routes a product through the op rather than its own path."""
+    return KERNEL_BY_DEFAULT and platform in grouped_fp8_block_gemm_op.spec.kernel_platforms
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupedFp8BlockGemmParams:
     """Static parameters of one grouped FP8 block GEMM (hashable)."""

@@ -8,9 +8,12 @@ small odd shapes (K not a multiple of 128, N not a multiple of 128, one row), si
 negative sizes (clamped), no rows in any group; both B scale granularities, bfloat16 and
 float32 out. Rows of no group are exactly 0, whatever they hold.
 
+`grouped_gemm` on FP8 block operands (1x128 tokens, 1x128 or 128x128 experts) through the
+kernel, forward and input gradient, against its float32 path within the same bound.
+
 `impl="auto"` does not take the kernel until this test has passed on the H200
-(`KERNEL_BY_DEFAULT` in eqx_quant/_ops/grouped_fp8_block_gemm.py); the tests ask for it with
-`impl="ffi"`.
+(`KERNEL_BY_DEFAULT` in eqx_quant/_ops/grouped_fp8_block_gemm.py), nor does `grouped_gemm`;
+the tests ask for it with `impl="ffi"` (`forced_grouped_gemm(..., scaled_impl="ffi")`).
 """
 
 import jax
@@ -19,12 +22,16 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from eqx_quant._ops.grouped_fp8_block_gemm import grouped_fp8_block_gemm
+import eqx_quant as eqq
+from eqx_quant._gemm._grouped import forced_grouped_gemm
+from eqx_quant._ops.grouped_fp8_block_gemm import grouped_fp8_block_gemm, kernel_runs_by_default
+from tests.gemm import test_grouped_gemm_fp8_block as wiring
 from tests.gemm.test_grouped_fp8_block_gemm_op import clamp, operands, oracle
 from tests.support.cuda import CUDA, requires_cuda
 
 pytestmark = requires_cuda("grouped_fp8_block_gemm")
 
+CUDA_TARGET = "eqx_quant_grouped_fp8_block_gemm_cuda"
 FP8_MMA_BOUND = 2.0**-10  # relative to the sum of |scaled products|, as for cuBLASLt's FP8
 
 CASES = {
@@ -99,3 +106,49 @@ def test_auto_does_not_take_the_kernel_yet():
     args = _on_gpu(operands(128, 128, 16, [64, 64], True))
     f = jax.jit(lambda *v: grouped_fp8_block_gemm(*v))
     assert "eqx_quant_grouped_fp8_block_gemm_cuda" not in f.lower(*args).compile().as_text()
+
+
+GEMM_SIZES = [300, 0, 611, 129, 1, 513, 300, 100]  # 94 rows past the sum
+
+
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32], ids=str)
+@pytest.mark.parametrize("block", ["1x128", "128x128"])
+def test_grouped_gemm_through_the_kernel(block, out_dtype):
+    """`grouped_gemm`'s forward and input-gradient products with the kernel forced on: its
+    custom call in the compiled program, within the FP8 tensor-core bound of the float64
+    product of the dequantized operands, and of the float32 path (what `grouped_gemm` runs
+    until `KERNEL_BY_DEFAULT`)."""
+    m, k, n = 2048, 1024, 512
+    gx, gdy, wk = jax.device_put(
+        wiring.operands(block, m=m, k=k, n=n, sizes=GEMM_SIZES, seed=4), CUDA)
+    dq = wiring.dequantized_f64
+    a, c = dq(gx.rowwise), dq(gdy.rowwise)
+    w_col, w_row = dq(wk.colwise), dq(wk.rowwise)  # (G, K, N) both
+    for what, lhs, contracting, values, w in (("forward", gx, 0, a, w_col),
+                                              ("dgrad", gdy, 1, c, np.swapaxes(w_row, 1, 2))):
+        def fn(lhs, wk, impl, contracting=contracting):
+            return forced_grouped_gemm(lhs, wk, contracting, out_dtype=out_dtype,
+                                       scaled_impl=impl)
+
+        kernel = jax.jit(lambda lhs, wk, fn=fn: fn(lhs, wk, "ffi"))
+        assert CUDA_TARGET in kernel.lower(lhs, wk).compile().as_text(), what
+        y = kernel(lhs, wk)
+        y_float = jax.jit(lambda lhs, wk, fn=fn: fn(lhs, wk, None))(lhs, wk)
+        # Unforced, grouped_gemm takes the kernel exactly when it runs by default.
+        default = jax.jit(lambda lhs, wk, c=contracting: eqq.grouped_gemm(lhs, wk, c))
+        taken = CUDA_TARGET in default.lower(lhs, wk).compile().as_text()
+        assert taken == kernel_runs_by_default("cuda"), what
+        out = np.asarray(y.astype(jnp.float32), np.float64)
+        ref = np.asarray(y_float.astype(jnp.float32), np.float64)
+        exact, bound = np.zeros(out.shape), np.zeros(out.shape)
+        for g, rows in wiring.group_rows(GEMM_SIZES, m):
+            exact[rows] = values[rows] @ w[g]
+            magnitude = np.abs(values[rows]) @ np.abs(w[g])
+            bound[rows] = (FP8_MMA_BOUND + (values.shape[1] + 6) * 2.0**-24) * magnitude
+        if out_dtype == jnp.bfloat16:
+            bound += 2.0**-8 * (np.abs(exact) + bound)
+        err = np.abs(out - exact)
+        worst = float(np.max(err / (bound + 1e-300)))
+        assert (err <= bound).all(), f"{block} {what}: {worst:.3f}x the FP8 bound"
+        assert (np.abs(out - ref) <= 2 * bound).all(), f"{block} {what}: kernel vs float path"
+        np.testing.assert_array_equal(out[sum(GEMM_SIZES):], 0.0)
