@@ -77,6 +77,12 @@ def load_corpus(chars: int) -> tuple[np.ndarray, np.ndarray]:
     return text[:split], text[split:]
 
 
+def attention_backend() -> str | None:
+    """cuDNN's fused attention on a GPU (JAX's default there is XLA's unfused attention,
+    which writes every score to memory and dominates the step), JAX's default elsewhere."""
+    return "cudnn" if jax.default_backend() == "gpu" else None
+
+
 class Block(eqx.Module):
     """Pre-norm attention + MLP. The projections are `eqx.nn.Linear`s called with a key, so
     that NVFP4's stochastic rounding gets fresh bits each step once they are converted
@@ -105,7 +111,8 @@ class Block(eqx.Module):
         h = jax.vmap(self.ln1)(x).astype(x.dtype)
         q, k, v = jnp.split(jax.vmap(lambda t: self.qkv(t, key=keys[0]))(h), 3, axis=-1)
         q, k, v = (a.reshape(seq, self.heads, d // self.heads) for a in (q, k, v))
-        att = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(seq, d)
+        att = jax.nn.dot_product_attention(q, k, v, is_causal=True,
+                                           implementation=attention_backend()).reshape(seq, d)
         x = x + jax.vmap(lambda t: self.out(t, key=keys[1]))(att).astype(x.dtype)
         h = jax.vmap(self.ln2)(x).astype(x.dtype)
         h = jax.nn.gelu(jax.vmap(lambda t: self.up(t, key=keys[2]))(h))

@@ -25,7 +25,9 @@ __device__ inline void StoreEight(void* buffer, int64_t first, const float (&val
       reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
       reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
     } else {
-      for (int t = 0; t < count; ++t) out[t] = v[t];
+      for (int t = 0; t < 8; ++t) {  // static indices: the arrays stay in registers
+        if (t < count) out[t] = v[t];
+      }
     }
   } else {
     uint16_t* out = static_cast<uint16_t*>(buffer) + first;
@@ -36,7 +38,9 @@ __device__ inline void StoreEight(void* buffer, int64_t first, const float (&val
       memcpy(&packed, bits, sizeof(packed));
       *reinterpret_cast<uint4*>(out) = packed;
     } else {
-      for (int t = 0; t < count; ++t) out[t] = bits[t];
+      for (int t = 0; t < 8; ++t) {
+        if (t < count) out[t] = bits[t];
+      }
     }
   }
 }

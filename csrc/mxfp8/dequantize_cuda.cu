@@ -1,6 +1,7 @@
 // One thread per 8 consecutive elements of the (A, L, B) view: one 8-byte
-// load of payloads where the 8 lie inside the buffer, and StoreEight. The
-// scales (a 32nd of the bytes) are read per element and hit the cache.
+// load of payloads where the 8 lie inside the buffer, and StoreEight. Where
+// the 8 share one scale (B = 1, one 32-block) it is read once, where they lie
+// along B their 8 consecutive scales; elsewhere each element walks the view.
 
 #include <cuda_runtime.h>
 
@@ -38,18 +39,30 @@ __global__ void __launch_bounds__(kThreads) Decode(Mxfp8DequantizeProblem p) {
     const uint2 packed = *reinterpret_cast<const uint2*>(p.data + first);
     memcpy(bytes, &packed, sizeof(packed));
   } else {
-    for (int t = 0; t < count; ++t) bytes[t] = p.data[first + t];
+    for (int t = 0; t < kVec; ++t) bytes[t] = t < count ? p.data[first + t] : 0;
   }
   float values[kVec] = {};
-  for (int t = 0; t < kVec; ++t) {
-    if (t < count) {
-      const int64_t at = (w.a * blocks + w.l / kBlock) * p.b + w.b;
-      values[t] = Fp8Value<Format>(bytes[t]) * E8m0Value(p.scales[at]);
-      if (++w.b == p.b) {
-        w.b = 0;
-        if (++w.l == p.l) {
-          w.l = 0;
-          ++w.a;
+  const int64_t at = (w.a * blocks + w.l / kBlock) * p.b + w.b;
+  if (count == kVec && p.b == 1 && w.l % kBlock + kVec <= kBlock && w.l + kVec <= p.l) {
+    // Blocks along the contiguous dim: the 8 share one scale.
+    const float scale = E8m0Value(p.scales[at]);
+    for (int t = 0; t < kVec; ++t) values[t] = Fp8Value<Format>(bytes[t]) * scale;
+  } else if (count == kVec && w.b + kVec <= p.b) {
+    // Blocks across the contiguous dim: 8 consecutive scales.
+    for (int t = 0; t < kVec; ++t) {
+      values[t] = Fp8Value<Format>(bytes[t]) * E8m0Value(p.scales[at + t]);
+    }
+  } else {
+    for (int t = 0; t < kVec; ++t) {
+      if (t < count) {
+        const int64_t here = (w.a * blocks + w.l / kBlock) * p.b + w.b;
+        values[t] = Fp8Value<Format>(bytes[t]) * E8m0Value(p.scales[here]);
+        if (++w.b == p.b) {
+          w.b = 0;
+          if (++w.l == p.l) {
+            w.l = 0;
+            ++w.a;
+          }
         }
       }
     }

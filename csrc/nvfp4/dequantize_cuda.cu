@@ -1,6 +1,7 @@
-// One thread per 8 consecutive elements: one 4-byte load of packed codes where
-// the 8 lie inside the buffer, and StoreEight. Scales and decode scales
-// are read per element and hit the cache.
+// One thread per 8 consecutive elements: where the 8 share a row and a
+// 16-block (all of them when L is a multiple of 8), one 4-byte load of packed
+// codes, one scale and one decode scale, and StoreEight; elsewhere (a row's
+// tail, the buffer's end) element by element.
 
 #include <cuda_runtime.h>
 
@@ -18,11 +19,13 @@ constexpr int kThreads = 256;
 constexpr int kVec = 8;
 constexpr int64_t kBlock = 16;
 
-// An E2M1 code's value (0, 0.5, 1, 1.5, 2, 3, 4, 6; sign at bit 3), exact.
+// An E2M1 code's value (0, 0.5, 1, 1.5, 2, 3, 4, 6; sign at bit 3), exact, built
+// from its bits (an indexed constant table would live in local memory).
 __device__ inline float E2M1Value(uint32_t code) {
-  constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float magnitude = kMagnitudes[code & 7u];
-  return (code & 8u) ? -magnitude : magnitude;
+  const uint32_t e = (code >> 1) & 3u;
+  const uint32_t m = code & 1u;
+  const uint32_t magnitude = e != 0 ? ((126u + e) << 23) | (m << 22) : m * 0x3F000000u;
+  return __uint_as_float(((code & 8u) << 28) | magnitude);
 }
 
 template <bool kF32>
@@ -33,24 +36,28 @@ __global__ void __launch_bounds__(kThreads) Decode(Nvfp4DequantizeProblem p) {
   const int64_t blocks = (p.cols + kBlock - 1) / kBlock;
   const int64_t rows_per_example = p.rows / p.examples;
   int64_t r = first / p.cols;
-  int64_t c = first % p.cols;
+  int64_t c = first - r * p.cols;
   const int count = total - first < kVec ? static_cast<int>(total - first) : kVec;
-  uint8_t codes[kVec];
-  if (count == kVec) {
-    const uint32_t packed = *reinterpret_cast<const uint32_t*>(p.codes + first / 2);
-    for (int t = 0; t < kVec; ++t) codes[t] = (packed >> (4 * t)) & 0xFu;
-  } else {
-    for (int t = 0; t < count; ++t) {
-      const int64_t i = first + t;
-      codes[t] = (p.codes[i / 2] >> (4 * (i % 2))) & 0xFu;
-    }
-  }
   float values[kVec] = {};
+  if (count == kVec && c % kBlock + kVec <= kBlock && c + kVec <= p.cols) {
+    // The 8 share a row and a 16-block (every chunk when L is a multiple of 8):
+    // one scale, one decode scale.
+    const uint32_t packed = *reinterpret_cast<const uint32_t*>(p.codes + first / 2);
+    const float scale = E4M3ToFloat(p.scales[r * blocks + c / kBlock]);
+    const float decode = p.decode_scales[r / rows_per_example];
+    for (int t = 0; t < kVec; ++t) {
+      values[t] = (E2M1Value((packed >> (4 * t)) & 0xFu) * scale) * decode;
+    }
+    StoreEight<kF32>(p.out, first, values, count);
+    return;
+  }
   for (int t = 0; t < kVec; ++t) {
     if (t < count) {
+      const int64_t i = first + t;
+      const uint32_t code = (p.codes[i / 2] >> (4 * (i % 2))) & 0xFu;
       const float scale = E4M3ToFloat(p.scales[r * blocks + c / kBlock]);
       const float decode = p.decode_scales[r / rows_per_example];
-      values[t] = (E2M1Value(codes[t]) * scale) * decode;
+      values[t] = (E2M1Value(code) * scale) * decode;
       if (++c == p.cols) {
         c = 0;
         ++r;

@@ -4,10 +4,9 @@ group's swizzled region; rows of no group 0), the operand the grouped GEMM multi
 Hopper, which has no block-scaled MMA (docs/gemm.md).
 
 Declared once, with the pure-JAX reference (`reference.grouped.grouped_mxfp8_rows_bf16`) and
-a CUDA kernel (`csrc/grouped/dequantize_cuda.cu`). The kernel is compiled but not yet used
-by the op (kernel_platforms is empty) until its GPU test
-(`tests/cuda/test_cuda_grouped_dequantize.py`, which calls the FFI target directly) has
-passed on the H200. The partition keeps every operand whole. Vmapped examples (each with
+a CUDA kernel (`csrc/grouped/dequantize_cuda.cu`, bit-equal to the reference on the H200:
+`tests/cuda/test_cuda_grouped_dequantize.py`; 61 us at 16384x4096 in 8 groups, XLA's version
+599 us). The partition keeps every operand whole. Vmapped examples (each with
 its own sizes and scale layout) run the reference, example by example.
 """
 
@@ -88,6 +87,6 @@ grouped_mxfp8_dequantize_op = Op(
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,
-        kernel_platforms=(),
+        kernel_platforms=("cuda",),
     )
 )

@@ -70,11 +70,13 @@ LONG_GROUP_ROWS = 1024
 
 def kernel_choice(rows: int, groups: int, fp8: bool) -> tuple[tuple[int, int], bool]:
     """(tile, fast_accum) the kernel is asked for, from the mean group size and the operands.
-    FP8 products promote their partial sums to float32 (the kernels measured on the H200);
-    the fast-accumulation kernels (`GroupedGemmParams(..., fast_accum=True)`, what cuBLASLt
-    does under XLA for the dense FP8 `gemm`) are built and tested on the GPU, and become the
-    FP8 default once they are timed there (docs/gemm.md)."""
-    del fp8
+    FP8 products accumulate in the tensor cores' own precision (CUTLASS's fast-accumulation
+    kernels, what cuBLASLt does under XLA for the dense FP8 `gemm` and TE for its forward
+    GEMMs; within the FP8 MMA bound on the H200): 128x128 tiles were the fastest at 8 and 128
+    groups (docs/gemm.md). Pairs without a fast kernel (E4M3 x E5M2, the weight gradient)
+    fall back to the promoted sums. bfloat16: 256x128 tiles for long groups."""
+    if fp8:
+        return (128, 128), True
     long = groups > 0 and rows // groups >= LONG_GROUP_ROWS
     return ((256, 128) if long else (128, 128)), False
 
