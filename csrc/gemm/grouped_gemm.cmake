@@ -44,9 +44,7 @@ if(_eqx_quant_build_gemm)
     Bf16:Bf16:RowCol:Bf16:128:128:0 Bf16:Bf16:RowCol:F32:128:128:0
     Bf16:Bf16:RowRow:Bf16:128:128:0 Bf16:Bf16:RowRow:F32:128:128:0
     Bf16:Bf16:ColRow:Bf16:128:128:0 Bf16:Bf16:ColRow:F32:128:128:0
-    E4m3:E4m3:RowCol:Bf16:256:128:0 Bf16:Bf16:RowRow:Bf16:256:128:0
-    E4m3:E4m3:RowCol:Bf16:128:128:1 E4m3:E4m3:RowCol:Bf16:256:128:1
-    E4m3:E4m3:RowCol:Bf16:128:256:1)
+    Bf16:Bf16:RowRow:Bf16:256:128:0 E4m3:E4m3:RowCol:Bf16:128:128:1)
   set(_eqx_quant_type_Bf16 "cutlass::bfloat16_t")
   set(_eqx_quant_type_E4m3 "cutlass::float_e4m3_t")
   set(_eqx_quant_type_E5m2 "cutlass::float_e5m2_t")

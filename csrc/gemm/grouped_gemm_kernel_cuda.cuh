@@ -48,10 +48,8 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // Tiles: 256 x 128 for groups of many rows (two consumer warpgroups share
 // one tile), 128 x 128 (two warpgroups alternate between tiles: one's
 // epilogue hides under the other's MMAs) when the groups are short and a
-// 256-row tile would be half empty, 128 x 256 (two warpgroups share it, each
-// 64 x 256) for long groups of FP8 rows, where the wider tile reads A once
-// for twice the columns. Clusters of two tiles share the operand they have
-// in common (TMA multicast). K per stage: 128 bytes.
+// 256-row tile would be half empty. Clusters of two tiles share the operand
+// they have in common (TMA multicast). K per stage: 128 bytes.
 template <int kTileM, int kTileN>
 struct TileConfig;
 
@@ -65,12 +63,6 @@ template <>
 struct TileConfig<128, 128> {
   using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
   static constexpr bool kCooperative = false;
-};
-
-template <>
-struct TileConfig<128, 256> {
-  using Cluster = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  static constexpr bool kCooperative = true;
 };
 
 // The mainloop schedule: cooperative or ping-pong, FP8 with promoted or fast

@@ -145,12 +145,12 @@ def test_cuda_grouped_gemm_vmap_folds():
     assert_same_sums(jax.jit(jax.vmap(one))(_on_gpu(x), _on_gpu(sizes)), loop, "vmap")
 
 
-@pytest.mark.parametrize("tile,fast", [((128, 128), False), ((256, 128), False),
-                                       ((128, 128), True), ((256, 128), True),
-                                       ((128, 256), True)], ids=str)
+@pytest.mark.parametrize("tile,fast", [((128, 128), False), ((128, 128), True),
+                                       ((256, 128), True)], ids=str)
 def test_cuda_grouped_fp8_kernels_within_the_fp8_mma_bound(tile, fast):
-    # Every FP8 forward kernel (tiles, promoted or fast accumulation) on long K, ragged groups
-    # longer than a tile, against the float64 products of its FP8 operands times alpha.
+    # Every FP8 forward kernel (promoted or fast accumulation; a tile that is not built falls
+    # back to 128x128 with promoted sums) on long K, ragged groups longer than a tile, against
+    # the float64 products of its FP8 operands times alpha.
     from eqx_quant._ops import GroupedGemmParams, grouped_gemm_op
 
     m, k, n = 3000, 1024, 384
