@@ -4,9 +4,9 @@ group's swizzled region; rows of no group 0), the operand the grouped GEMM multi
 Hopper, which has no block-scaled MMA (docs/gemm.md).
 
 Declared once, with the pure-JAX reference (`reference.grouped.grouped_mxfp8_rows_bf16`) and
-a CUDA kernel (`csrc/grouped/dequantize_cuda.cu`, bit-equal to the reference on the H200:
-`tests/cuda/test_cuda_grouped_dequantize.py`; 61 us at 16384x4096 in 8 groups, XLA's version
-599 us). The partition keeps every operand whole. Vmapped examples (each with
+a CUDA kernel (`csrc/grouped/dequantize_cuda.cu`, bit-equal to the reference:
+`tests/cuda/test_cuda_grouped_dequantize.py`; its speed against XLA's version is in
+docs/performance.md). The partition keeps every operand whole. Vmapped examples (each with
 its own sizes and scale layout) run the reference, example by example.
 """
 
