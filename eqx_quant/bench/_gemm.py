@@ -20,8 +20,15 @@ The ops, at (M, K, N) (x is M x K, the weights K x N; the grouped ops split the 
 - `fp8_grouped_gemm`, `mxfp8_grouped_gemm`: `eqx_quant.grouped_gemm` of grouped-quantized
   tokens and per-expert quantized weights (the CUTLASS grouped GEMM on CUDA; the weights'
   colwise copies, K-contiguous); against `jax.lax.ragged_dot` in bf16.
+- `fp8_block_grouped_gemm`: `eqx_quant.grouped_gemm` of tokens in 1x128 blocks and
+  per-expert weights in 128x128 tiles (the blockwise-scaled grouped GEMM on CUDA); against
+  `jax.lax.ragged_dot` in bf16.
 - `bf16_grouped_gemm`: the same grouped GEMM op on bfloat16 tokens and (G, K, N) weights;
   against `jax.lax.ragged_dot` in bf16.
+- `fp8_grouped_dense_step`: `eqx_quant.grouped_dense` forward and backward (current scaling,
+  E5M2 output gradient), the quantizations included; against the same three products (y, dx,
+  dw) on bf16 operands through the grouped GEMM op, the fastest bf16 step we have. Counts 3
+  GEMMs.
 - `pallas_grouped_gemm` (a peer, not ours): JAX's Pallas Mosaic-GPU `ragged_dot`
   (`jax.experimental.pallas.ops.gpu.ragged_dot_mgpu`, Hopper) on the bf16 problem of
   `bf16_grouped_gemm`, the best of a few tile configurations timed first; against
@@ -41,8 +48,8 @@ from ._timing import measure, micro, timing_method
 
 GEMM_OPS = (
     "fp8_gemm", "fp8_dense_step", "mxfp8_gemm", "nvfp4_gemm", "fp8_block_gemm",
-    "fp8_block_dense_step", "fp8_grouped_gemm", "mxfp8_grouped_gemm", "bf16_grouped_gemm",
-    "pallas_grouped_gemm",
+    "fp8_block_dense_step", "fp8_grouped_gemm", "mxfp8_grouped_gemm", "fp8_block_grouped_gemm",
+    "bf16_grouped_gemm", "fp8_grouped_dense_step", "pallas_grouped_gemm",
 )
 # Tile configurations tried for the Pallas peer (block_m, block_n, block_k, steps,
 # grid_block_n), from the ranges of its own autotuning script.
@@ -126,7 +133,8 @@ def grouped_sizes(m: int, groups: str) -> np.ndarray:
     return sizes.astype(np.int32)
 
 
-def _grouped_case(make_quantizer, m: int, k: int, n: int, key, groups: str) -> tuple:
+def _grouped_case(make_quantizer, m: int, k: int, n: int, key, groups: str,
+                  make_weight_quantizer=None) -> tuple:
     """`eqx_quant.grouped_gemm` of grouped tokens and per-expert weights quantized
     beforehand (None: the grouped GEMM op on bf16 operands), and bf16 `ragged_dot`."""
     import eqx_quant as eqq
@@ -148,13 +156,45 @@ def _grouped_case(make_quantizer, m: int, k: int, n: int, key, groups: str) -> t
         return bf16, xs, (w, sizes), xla, xs, (w, sizes), 2
 
     ours_xs = [eqq.grouped_quantize(x, sizes, make_quantizer()) for x in xs]
-    weight_q = make_quantizer(q_layout=eqq.QuantizeLayout.ROWWISE_COLWISE)
+    weight_q = (make_weight_quantizer or make_quantizer)(
+        q_layout=eqq.QuantizeLayout.ROWWISE_COLWISE)
     wt = jax.vmap(lambda wi: eqq.quantize(wi, weight_q))(w)
 
     def ours(gx, wt):
         return eqq.grouped_gemm(gx, wt, out_dtype=jnp.bfloat16)
 
     return ours, ours_xs, (wt,), xla, xs, (w, sizes), 2
+
+
+def _grouped_dense_case(m: int, k: int, n: int, key, groups: str) -> tuple:
+    """`eqx_quant.grouped_dense` forward + backward in current scaling, and the same three
+    products in bf16 on the grouped GEMM op."""
+    import eqx_quant as eqq
+    from eqx_quant._gemm._ragged import grouped_outer, grouped_rows
+
+    keys = jax.random.split(key, _COPIES + 2)
+    sizes = jnp.asarray(grouped_sizes(m, groups), jnp.int32)
+    g = sizes.shape[0]
+    xs = [_normal(keys[i], (m, k)) for i in range(_COPIES)]
+    w = _normal(keys[-2], (g, k, n), k**-0.5)
+    dy = _normal(keys[-1], (m, n))
+    quantizers = eqq.DenseQuantizers(
+        eqq.CurrentScaleQuantizer(), eqq.CurrentScaleQuantizer(),
+        eqq.CurrentScaleQuantizer(q_dtype=jnp.float8_e5m2),
+    )
+
+    def ours(x, w, sizes, dy):
+        y, vjp = jax.vjp(
+            lambda x, w: eqq.grouped_dense(x, w, sizes, quantizers=quantizers, check=False), x, w)
+        return (y, *vjp(dy))
+
+    def bf16(x, w, sizes, dy):
+        y = grouped_rows(x, w, sizes, transposed=False, out_dtype="bfloat16")
+        dx = grouped_rows(dy, w, sizes, transposed=True, out_dtype="bfloat16")
+        dw = grouped_outer(x, dy, sizes, transposed=False, k=k, n=n, out_dtype="bfloat16")
+        return y, dx, dw
+
+    return ours, xs, (w, sizes, dy), bf16, xs, (w, sizes, dy), 6
 
 
 def gemm_case(op: str, m: int, k: int, n: int, groups: str = "8") -> tuple:
@@ -183,8 +223,13 @@ def gemm_case(op: str, m: int, k: int, n: int, groups: str = "8") -> tuple:
         return _grouped_case(eqq.CurrentScaleQuantizer, m, k, n, key, groups)
     if op == "mxfp8_grouped_gemm":
         return _grouped_case(eqq.BlockScaleQuantizer, m, k, n, key, groups)
+    if op == "fp8_block_grouped_gemm":
+        return _grouped_case(eqq.Float8BlockQuantizer, m, k, n, key, groups,
+                             lambda **kw: eqq.Float8BlockQuantizer(block="128x128", **kw))
     if op == "bf16_grouped_gemm":
         return _grouped_case(None, m, k, n, key, groups)
+    if op == "fp8_grouped_dense_step":
+        return _grouped_dense_case(m, k, n, key, groups)
     if op == "pallas_grouped_gemm":
         return _pallas_case(m, k, n, key, groups)
     raise ValueError(f"op must be one of {GEMM_OPS}, got {op!r}")
@@ -244,7 +289,7 @@ def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None,
                   jax=jax.__version__, timing=timing, timing_detail=timing_detail,
                   gemm_rows=rows)
     header = (
-        f"{'op':<24} {'M x K x N':>17} {'ours us':>9} {'b2b':>8} {'TFLOP/s':>8} "
+        f"{'op':<30} {'M x K x N':>17} {'ours us':>9} {'b2b':>8} {'TFLOP/s':>8} "
         f"{'bf16 us':>9} {'b2b':>8} {'TFLOP/s':>8} {'speedup':>7}"
     )
     log(header)
@@ -256,7 +301,7 @@ def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None,
             label = op if g is None else f"{op}@{g}"
             why_not = _applies(op, m, k, n)
             if why_not is not None:
-                log(f"{label:<24} {shape:>17} skipped: {why_not}")
+                log(f"{label:<30} {shape:>17} skipped: {why_not}")
                 continue
             ours, ours_xs, ours_shared, xla, xla_xs, xla_shared, flops = gemm_case(
                 op, m, k, n, g or "8")
@@ -276,7 +321,7 @@ def run_gemm_benchmark(sizes, reps: int, ops=GEMM_OPS, log=print, on_row=None,
             )
             rows.append(row)
             log(
-                f"{label:<24} {shape:>17} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
+                f"{label:<30} {shape:>17} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
                 f"{row['ours_tflops']:8.1f} {row['xla_us']:9.1f} {_cell(row['xla_b2b_us'])} "
                 f"{row['xla_tflops']:8.1f} {row['speedup']:7.2f}"
             )
