@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm/gemm_status.h"
+
 struct CUstream_st;
 
 namespace eqx_quant::cuda {
@@ -31,18 +33,12 @@ struct Fp8BlockGemmProblem {
   bool out_bf16 = false;     // bfloat16 out (N a multiple of 8), else float32
 };
 
-struct Fp8BlockGemmStatus {
-  bool ok = true;
-  int cuda_error = 0;
-  const char* what = "";
-};
-
 // Device memory a call needs besides its buffers (CUTLASS's workspace).
 size_t Fp8BlockGemmWorkspaceBytes(const Fp8BlockGemmProblem& problem);
 
 // Enqueues the GEMM on `stream`; `workspace` holds the bytes above.
-Fp8BlockGemmStatus Fp8BlockGemm(const Fp8BlockGemmProblem& problem, void* workspace,
-                                CUstream_st* stream);
+GemmStatus Fp8BlockGemm(const Fp8BlockGemmProblem& problem, void* workspace,
+                        CUstream_st* stream);
 
 namespace fp8_block_gemm {
 // One instance per B scale granularity and output type
@@ -51,14 +47,14 @@ size_t WorkspaceTiles(const Fp8BlockGemmProblem& problem);
 size_t WorkspaceRows(const Fp8BlockGemmProblem& problem);
 size_t WorkspaceTilesBf16(const Fp8BlockGemmProblem& problem);
 size_t WorkspaceRowsBf16(const Fp8BlockGemmProblem& problem);
-Fp8BlockGemmStatus RunTiles(const Fp8BlockGemmProblem& problem, void* workspace,
-                            CUstream_st* stream);
-Fp8BlockGemmStatus RunRows(const Fp8BlockGemmProblem& problem, void* workspace,
-                           CUstream_st* stream);
-Fp8BlockGemmStatus RunTilesBf16(const Fp8BlockGemmProblem& problem, void* workspace,
-                                CUstream_st* stream);
-Fp8BlockGemmStatus RunRowsBf16(const Fp8BlockGemmProblem& problem, void* workspace,
-                               CUstream_st* stream);
+GemmStatus RunTiles(const Fp8BlockGemmProblem& problem, void* workspace,
+                    CUstream_st* stream);
+GemmStatus RunRows(const Fp8BlockGemmProblem& problem, void* workspace,
+                   CUstream_st* stream);
+GemmStatus RunTilesBf16(const Fp8BlockGemmProblem& problem, void* workspace,
+                        CUstream_st* stream);
+GemmStatus RunRowsBf16(const Fp8BlockGemmProblem& problem, void* workspace,
+                       CUstream_st* stream);
 }  // namespace fp8_block_gemm
 
 }  // namespace eqx_quant::cuda

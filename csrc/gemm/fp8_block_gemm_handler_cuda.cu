@@ -33,8 +33,8 @@ size_t Fp8BlockGemmWorkspaceBytes(const Fp8BlockGemmProblem& problem) {
   return problem.b_tiles ? g::WorkspaceTiles(problem) : g::WorkspaceRows(problem);
 }
 
-Fp8BlockGemmStatus Fp8BlockGemm(const Fp8BlockGemmProblem& problem, void* workspace,
-                                CUstream_st* stream) {
+GemmStatus Fp8BlockGemm(const Fp8BlockGemmProblem& problem, void* workspace,
+                        CUstream_st* stream) {
   namespace g = fp8_block_gemm;
   if (problem.m == 0 || problem.n == 0) return {};
   if (problem.out_bf16) {
@@ -116,7 +116,7 @@ ffi::Error Fp8BlockGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scrat
       return ffi::Error::Internal(std::string(kTarget) + ": no memory for the workspace");
     }
   }
-  const cuda::Fp8BlockGemmStatus status = cuda::Fp8BlockGemm(problem, workspace, stream);
+  const cuda::GemmStatus status = cuda::Fp8BlockGemm(problem, workspace, stream);
   if (owned != nullptr) cudaFreeAsync(owned, stream);
   return LaunchStatusError(kTarget, status, ffi::ErrorCode::kInvalidArgument);
 }

@@ -20,6 +20,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "gemm/cutlass_run_cuda.cuh"
 #include "gemm/fp8_block_gemm_cuda.h"
 
 namespace eqx_quant::cuda::fp8_block_gemm {
@@ -99,20 +100,8 @@ struct Kernel {
     return Gemm::get_workspace_size(Arguments(p, nullptr));
   }
 
-  static Fp8BlockGemmStatus Run(const Fp8BlockGemmProblem& p, void* workspace,
-                                cudaStream_t stream) {
-    Gemm gemm;
-    const typename Gemm::Arguments arguments = Arguments(p, workspace);
-    if (gemm.can_implement(arguments) != cutlass::Status::kSuccess) {
-      return {false, 0, "CUTLASS cannot run this FP8 block GEMM (M, N, K or alignment)"};
-    }
-    if (gemm.initialize(arguments, workspace, stream) != cutlass::Status::kSuccess) {
-      return {false, static_cast<int>(cudaGetLastError()), "FP8 block GEMM initialize"};
-    }
-    if (gemm.run(stream) != cutlass::Status::kSuccess) {
-      return {false, static_cast<int>(cudaGetLastError()), "FP8 block GEMM launch"};
-    }
-    return {};
+  static GemmStatus Run(const Fp8BlockGemmProblem& p, void* workspace, cudaStream_t stream) {
+    return RunCutlass<Gemm>(Arguments(p, workspace), workspace, stream);
   }
 };
 

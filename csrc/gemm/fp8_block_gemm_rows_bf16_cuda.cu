@@ -10,8 +10,8 @@ size_t WorkspaceRowsBf16(const Fp8BlockGemmProblem& problem) {
   return RowsBf16Kernel::WorkspaceBytes(problem);
 }
 
-Fp8BlockGemmStatus RunRowsBf16(const Fp8BlockGemmProblem& problem, void* workspace,
-                               CUstream_st* stream) {
+GemmStatus RunRowsBf16(const Fp8BlockGemmProblem& problem, void* workspace,
+                       CUstream_st* stream) {
   return RowsBf16Kernel::Run(problem, workspace, stream);
 }
 

@@ -10,8 +10,8 @@ size_t WorkspaceRows(const Fp8BlockGemmProblem& problem) {
   return RowsKernel::WorkspaceBytes(problem);
 }
 
-Fp8BlockGemmStatus RunRows(const Fp8BlockGemmProblem& problem, void* workspace,
-                           CUstream_st* stream) {
+GemmStatus RunRows(const Fp8BlockGemmProblem& problem, void* workspace,
+                   CUstream_st* stream) {
   return RowsKernel::Run(problem, workspace, stream);
 }
 

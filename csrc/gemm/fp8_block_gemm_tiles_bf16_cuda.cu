@@ -10,8 +10,8 @@ size_t WorkspaceTilesBf16(const Fp8BlockGemmProblem& problem) {
   return TilesBf16Kernel::WorkspaceBytes(problem);
 }
 
-Fp8BlockGemmStatus RunTilesBf16(const Fp8BlockGemmProblem& problem, void* workspace,
-                                CUstream_st* stream) {
+GemmStatus RunTilesBf16(const Fp8BlockGemmProblem& problem, void* workspace,
+                        CUstream_st* stream) {
   return TilesBf16Kernel::Run(problem, workspace, stream);
 }
 

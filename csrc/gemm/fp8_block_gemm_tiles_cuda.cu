@@ -10,8 +10,8 @@ size_t WorkspaceTiles(const Fp8BlockGemmProblem& problem) {
   return TilesKernel::WorkspaceBytes(problem);
 }
 
-Fp8BlockGemmStatus RunTiles(const Fp8BlockGemmProblem& problem, void* workspace,
-                            CUstream_st* stream) {
+GemmStatus RunTiles(const Fp8BlockGemmProblem& problem, void* workspace,
+                    CUstream_st* stream) {
   return TilesKernel::Run(problem, workspace, stream);
 }
 

@@ -49,27 +49,21 @@ struct GroupedFp8BlockGemmProblem {
   void* out = nullptr;  // (M, N), row-major
 };
 
-struct GroupedFp8BlockGemmStatus {
-  bool ok = true;
-  int cuda_error = 0;  // cudaError_t of the failing call, 0 if none
-  const char* what = "";
-};
-
 // Enqueues the GEMM on `stream`, its per-call arguments in `scratch`.
-GroupedFp8BlockGemmStatus GroupedFp8BlockGemm(const GroupedFp8BlockGemmProblem& problem,
-                                              DeviceScratch scratch, cudaStream_t stream);
+GemmStatus GroupedFp8BlockGemm(const GroupedFp8BlockGemmProblem& problem,
+                               DeviceScratch scratch, cudaStream_t stream);
 
 namespace grouped_fp8_block_gemm {
 // One instance per B scale granularity and output type
 // (grouped_fp8_block_gemm_kernel_cuda.cuh), each in its own file.
-GroupedFp8BlockGemmStatus RunTilesBf16(const GroupedFp8BlockGemmProblem& problem,
-                                       DeviceScratch scratch, cudaStream_t stream);
-GroupedFp8BlockGemmStatus RunTilesF32(const GroupedFp8BlockGemmProblem& problem,
-                                      DeviceScratch scratch, cudaStream_t stream);
-GroupedFp8BlockGemmStatus RunRowsBf16(const GroupedFp8BlockGemmProblem& problem,
-                                      DeviceScratch scratch, cudaStream_t stream);
-GroupedFp8BlockGemmStatus RunRowsF32(const GroupedFp8BlockGemmProblem& problem,
-                                     DeviceScratch scratch, cudaStream_t stream);
+GemmStatus RunTilesBf16(const GroupedFp8BlockGemmProblem& problem,
+                        DeviceScratch scratch, cudaStream_t stream);
+GemmStatus RunTilesF32(const GroupedFp8BlockGemmProblem& problem,
+                       DeviceScratch scratch, cudaStream_t stream);
+GemmStatus RunRowsBf16(const GroupedFp8BlockGemmProblem& problem,
+                       DeviceScratch scratch, cudaStream_t stream);
+GemmStatus RunRowsF32(const GroupedFp8BlockGemmProblem& problem,
+                      DeviceScratch scratch, cudaStream_t stream);
 }  // namespace grouped_fp8_block_gemm
 
 }  // namespace eqx_quant::cuda

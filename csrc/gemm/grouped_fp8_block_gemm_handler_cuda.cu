@@ -31,8 +31,8 @@ namespace eqx_quant {
 
 namespace cuda {
 
-GroupedFp8BlockGemmStatus GroupedFp8BlockGemm(const GroupedFp8BlockGemmProblem& problem,
-                                              DeviceScratch scratch, cudaStream_t stream) {
+GemmStatus GroupedFp8BlockGemm(const GroupedFp8BlockGemmProblem& problem,
+                               DeviceScratch scratch, cudaStream_t stream) {
   namespace g = grouped_fp8_block_gemm;
   if (problem.m == 0 || problem.n == 0) return {};
   if (problem.groups == 0 || problem.k == 0) {
@@ -153,7 +153,7 @@ ffi::Error GroupedFp8BlockGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocato
   problem.first_row = static_cast<const int32_t*>(first_row.untyped_data());
   problem.out = out->untyped_data();
   CallScratch call_scratch{&scratch, stream};
-  const cuda::GroupedFp8BlockGemmStatus status = cuda::GroupedFp8BlockGemm(
+  const cuda::GemmStatus status = cuda::GroupedFp8BlockGemm(
       problem, cuda::DeviceScratch{&AllocateScratch, &call_scratch}, stream);
   for (int i = 0; i < call_scratch.count; ++i) cudaFreeAsync(call_scratch.owned[i], stream);
   return LaunchStatusError(kTarget, status, ffi::ErrorCode::kInvalidArgument);

@@ -36,6 +36,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "gemm/cutlass_run_cuda.cuh"
 #include "gemm/grouped_fp8_block_gemm_cuda.h"
 
 namespace eqx_quant::cuda::grouped_fp8_block_gemm {
@@ -239,8 +240,8 @@ inline size_t Take(size_t& offset, size_t bytes) {
 }
 
 template <class K>
-GroupedFp8BlockGemmStatus Run(const GroupedFp8BlockGemmProblem& p, DeviceScratch scratch,
-                              cudaStream_t stream) {
+GemmStatus Run(const GroupedFp8BlockGemmProblem& p, DeviceScratch scratch,
+               cudaStream_t stream) {
   using Gemm = typename K::Gemm;
   const size_t groups = static_cast<size_t>(p.groups);
   const size_t kb = static_cast<size_t>(CeilDiv(p.k, kBlock));
@@ -309,25 +310,7 @@ GroupedFp8BlockGemmStatus Run(const GroupedFp8BlockGemmProblem& p, DeviceScratch
       {fusion, nullptr, nullptr, g.d, g.stride_d},
       hw_info};
 
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
-    return {false, 0, "CUTLASS rejected the problem (can_implement)"};
-  }
-  void* workspace = nullptr;
-  if (const size_t ws = Gemm::get_workspace_size(args); ws > 0) {
-    workspace = scratch.allocate(scratch.context, ws);
-    if (workspace == nullptr) return {false, 0, "scratch allocation of the GEMM workspace"};
-  }
-  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) {
-    return {false, static_cast<int>(cudaGetLastError()), "CUTLASS initialize"};
-  }
-  if (gemm.run(stream) != cutlass::Status::kSuccess) {
-    return {false, static_cast<int>(cudaGetLastError()), "CUTLASS run"};
-  }
-  if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) {
-    return {false, static_cast<int>(error), "the grouped FP8 block GEMM launch"};
-  }
-  return {};
+  return RunCutlass<Gemm>(args, scratch, stream);
 }
 
 }  // namespace eqx_quant::cuda::grouped_fp8_block_gemm

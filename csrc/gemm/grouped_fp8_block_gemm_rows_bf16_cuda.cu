@@ -4,8 +4,8 @@
 
 namespace eqx_quant::cuda::grouped_fp8_block_gemm {
 
-GroupedFp8BlockGemmStatus RunRowsBf16(const GroupedFp8BlockGemmProblem& problem,
-                                      DeviceScratch scratch, cudaStream_t stream) {
+GemmStatus RunRowsBf16(const GroupedFp8BlockGemmProblem& problem,
+                       DeviceScratch scratch, cudaStream_t stream) {
   return Run<Kernel<1, EpilogueBf16, cutlass::bfloat16_t>>(problem, scratch, stream);
 }
 

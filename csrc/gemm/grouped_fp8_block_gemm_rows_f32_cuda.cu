@@ -4,8 +4,8 @@
 
 namespace eqx_quant::cuda::grouped_fp8_block_gemm {
 
-GroupedFp8BlockGemmStatus RunRowsF32(const GroupedFp8BlockGemmProblem& problem,
-                                     DeviceScratch scratch, cudaStream_t stream) {
+GemmStatus RunRowsF32(const GroupedFp8BlockGemmProblem& problem,
+                      DeviceScratch scratch, cudaStream_t stream) {
   return Run<Kernel<1, EpilogueF32, float>>(problem, scratch, stream);
 }
 

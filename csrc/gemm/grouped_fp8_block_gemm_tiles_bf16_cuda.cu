@@ -4,8 +4,8 @@
 
 namespace eqx_quant::cuda::grouped_fp8_block_gemm {
 
-GroupedFp8BlockGemmStatus RunTilesBf16(const GroupedFp8BlockGemmProblem& problem,
-                                       DeviceScratch scratch, cudaStream_t stream) {
+GemmStatus RunTilesBf16(const GroupedFp8BlockGemmProblem& problem,
+                        DeviceScratch scratch, cudaStream_t stream) {
   return Run<Kernel<128, EpilogueBf16, cutlass::bfloat16_t>>(problem, scratch, stream);
 }
 

@@ -4,8 +4,8 @@
 
 namespace eqx_quant::cuda::grouped_fp8_block_gemm {
 
-GroupedFp8BlockGemmStatus RunTilesF32(const GroupedFp8BlockGemmProblem& problem,
-                                      DeviceScratch scratch, cudaStream_t stream) {
+GemmStatus RunTilesF32(const GroupedFp8BlockGemmProblem& problem,
+                       DeviceScratch scratch, cudaStream_t stream) {
   return Run<Kernel<128, EpilogueF32, float>>(problem, scratch, stream);
 }
 

@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm/gemm_status.h"
+
 namespace eqx_quant::cuda {
 
 enum class GemmElement : int { kBf16 = 0, kE4m3 = 1, kE5m2 = 2, kF32 = 3 };
@@ -63,26 +65,13 @@ struct GroupedGemmProblem {
   void* out = nullptr;
 };
 
-// Device memory for one call, handed out by the caller (XLA's scratch
-// allocator); null when it cannot.
-struct DeviceScratch {
-  void* (*allocate)(void* context, size_t bytes);
-  void* context;
-};
-
-struct GroupedGemmStatus {
-  bool ok = true;
-  int cuda_error = 0;  // cudaError_t of the failing call, 0 if none
-  const char* what = "";
-};
-
 // Whether a kernel was built for this problem's element types and layouts
 // (the FFI handler's check; the Python side never asks for anything else).
 bool GroupedGemmSupported(const GroupedGemmProblem& problem);
 
 // Enqueues the GEMM on `stream`.
-GroupedGemmStatus GroupedGemm(const GroupedGemmProblem& problem,
-                              DeviceScratch scratch, cudaStream_t stream);
+GemmStatus GroupedGemm(const GroupedGemmProblem& problem,
+                       DeviceScratch scratch, cudaStream_t stream);
 
 }  // namespace eqx_quant::cuda
 

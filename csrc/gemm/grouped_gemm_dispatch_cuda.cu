@@ -6,8 +6,7 @@
 namespace eqx_quant::cuda {
 namespace {
 
-using Runner = GroupedGemmStatus (*)(const GroupedGemmProblem&, DeviceScratch,
-                                     cudaStream_t);
+using Runner = GemmStatus (*)(const GroupedGemmProblem&, DeviceScratch, cudaStream_t);
 
 enum class Layouts { RowCol, RowRow, ColRow };
 
@@ -46,8 +45,8 @@ bool GroupedGemmSupported(const GroupedGemmProblem& problem) {
   return Find(problem) != nullptr;
 }
 
-GroupedGemmStatus GroupedGemm(const GroupedGemmProblem& problem,
-                              DeviceScratch scratch, cudaStream_t stream) {
+GemmStatus GroupedGemm(const GroupedGemmProblem& problem,
+                       DeviceScratch scratch, cudaStream_t stream) {
   const Runner run = Find(problem);
   if (run == nullptr) {
     return {false, 0,

@@ -36,8 +36,8 @@
 
 namespace eqx_quant::cuda::grouped_gemm {
 
-#define EQX_QUANT_DECLARE_GROUPED_GEMM(A, B, L, D, TM, TN, F) \
-  GroupedGemmStatus Run##A##B##L##D##_##TM##x##TN##_##F(           \
+#define EQX_QUANT_DECLARE_GROUPED_GEMM(A, B, L, D, TM, TN, F)   \
+  GemmStatus Run##A##B##L##D##_##TM##x##TN##_##F(                 \
       const GroupedGemmProblem& problem, DeviceScratch scratch,    \
       cudaStream_t stream);
 EQX_QUANT_GROUPED_GEMM_INSTANCES(EQX_QUANT_DECLARE_GROUPED_GEMM)

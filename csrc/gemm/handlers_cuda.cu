@@ -148,7 +148,7 @@ ffi::Error GroupedGemmCudaImpl(cudaStream_t stream,
     return Invalid("K and N must make rows of a multiple of 16 bytes");
   }
   CallScratch call_scratch{&scratch, stream};
-  const cuda::GroupedGemmStatus status = cuda::GroupedGemm(
+  const cuda::GemmStatus status = cuda::GroupedGemm(
       problem, cuda::DeviceScratch{&AllocateScratch, &call_scratch}, stream);
   for (int i = 0; i < call_scratch.count; ++i) {
     cudaFreeAsync(call_scratch.owned[i], stream);
