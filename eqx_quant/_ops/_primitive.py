@@ -282,11 +282,14 @@ class Op:
         mlir.register_lowering(self.outer, mlir.lower_fun(lower, multiple_results=True))
         _dispatch.prim_requires_devices_during_lowering.add(self.outer)
 
-        def batch_rule(args, dims, *, params):
+        def batch_rule(prim, args, dims, *, params):
             new_params, new_args, out_dims = spec.batch(params, args, dims)
-            outs = self.outer.bind(*new_args, params=new_params)
+            outs = prim.bind(*new_args, params=new_params)
             if spec.batch_outputs is not None:
                 outs = spec.batch_outputs(params, args, dims, outs)
             return outs, out_dims
 
-        batching.primitive_batchers[self.outer] = batch_rule
+        # The inner primitive batches the same way: an op whose reference composes another
+        # op's inner primitive (on one device's values) vmaps it over examples.
+        for prim in (self.outer, self.inner):
+            batching.primitive_batchers[prim] = functools.partial(batch_rule, prim)

@@ -9,8 +9,9 @@ reference and the kernels.
   rounding, else `(G, 0)` (not read)
 - `eqx_quant_grouped_fp8_block_quantize(x, group_sizes) -> (row, row_scale, col, col_scale)`:
   FP8 data (rowwise `(R, N)`, colwise flat T), float32 scale_inv matrices (1x128 or
-  128x128 blocks from each group's start). It has no kernel yet: on every platform it runs
-  as its pure-JAX reference (XLA), and `impl="ffi"` raises
+  128x128 blocks from each group's start). No kernel of its own: its implementation moves
+  the groups' rows into a 128-aligned buffer and runs the dense FP8 block quantize op there
+  (its kernels where they are on), so `impl="ffi"` raises
 - `eqx_quant_grouped_dbias(x, group_sizes) -> dbias` (in x's dtype: the float32 tree sums cast,
   NaN canonical, by the kernel)
 
@@ -40,6 +41,7 @@ from ..reference import cast_canonical, fp8_block, grouped, mxfp8
 from ..reference.nvfp4 import NVFP4_BLOCK, e2m1_from_codes
 from . import _sharding
 from ._primitive import Op, OpSpec, batch_first, map_examples
+from .fp8_block_quantize import Fp8BlockQuantizeParams, fp8_block_quantize_op
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +124,22 @@ def _fp8_block_avals(params, batch, r: int, n: int, g: int) -> tuple:
     )
 
 
+def _dense_fp8_block(params):
+    """The dense FP8 block quantize op on one device's 2-D view, with this call's `impl` (so
+    its kernel runs where it has one): `f(x2d, transposed) -> (data, scale_inv)`, the colwise
+    copy (`x2d.T` quantized) with `transposed`."""
+
+    def quantize(x2d, transposed):
+        dense = Fp8BlockQuantizeParams(
+            params.q_dtype, params.use_2d, params.power_2_scales, params.amax_epsilon,
+            flatten_axis=1, rowwise=not transposed, colwise=transposed, impl=params.impl,
+        )
+        row, row_scale, col, col_scale = fp8_block_quantize_op.bind_inner(x2d, params=dense)
+        return (col, col_scale) if transposed else (row, row_scale)
+
+    return quantize
+
+
 def _reference_one(params, x, *operands):
     common = dict(rows_per_unit=params.rows_per_unit)
     if params.kind == "dbias":
@@ -135,6 +153,7 @@ def _reference_one(params, x, *operands):
         return grouped.grouped_fp8_block_quantize(
             x, *operands, q_dtype=params.q_dtype, use_2d=params.use_2d,
             power_2_scales=params.power_2_scales, epsilon=params.amax_epsilon, **common, **layout,
+            quantize_dense=_dense_fp8_block(params),
         )
     row, row_scale, col, col_scale = grouped.grouped_nvfp4_quantize(
         x,
@@ -340,7 +359,8 @@ def _op(name: str, **kernels) -> Op:
 grouped_fp8_quantize_op = _op("grouped_fp8_quantize")
 grouped_mxfp8_quantize_op = _op("grouped_mxfp8_quantize")
 grouped_nvfp4_quantize_op = _op("grouped_nvfp4_quantize")
-# No kernel yet: XLA runs the reference on every platform (impl="auto"); impl="ffi" raises.
+# No kernel of its own: its reference composes the dense op's (`_dense_fp8_block`), whose
+# kernels run where they are on; impl="ffi" raises.
 grouped_fp8_block_quantize_op = _op(
     "grouped_fp8_block_quantize", kernel_platforms=(), ffi_off_kernel_platforms="error"
 )

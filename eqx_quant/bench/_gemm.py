@@ -170,7 +170,7 @@ def _grouped_dense_case(m: int, k: int, n: int, key, groups: str) -> tuple:
     """`eqx_quant.grouped_dense` forward + backward in current scaling, and the same three
     products in bf16 on the grouped GEMM op."""
     import eqx_quant as eqq
-    from eqx_quant._gemm._ragged import grouped_outer, grouped_rows
+    from eqx_quant._gemm import grouped_outer, grouped_rows
 
     keys = jax.random.split(key, _COPIES + 2)
     sizes = jnp.asarray(grouped_sizes(m, groups), jnp.int32)

@@ -10,6 +10,9 @@ its own amax (a segment max); its colwise codes are left in the group-padded row
 per-group transpose of the op would add one more gather, so XLA's figure is a lower bound).
 The `_sr_` ops add stochastic rounding (how NVFP4 recipes quantize the gradients of an MoE
 layer): ours with `key` (Threefry bits per group), XLA's by uniform noise before the cast.
+The `fp8_block` ops (1x128 blocks from each group's first row) have no kernel yet: ours is the
+op's pure-JAX version, and the comparison is the dense FP8 block quantize of the same matrix
+(groups ignored), so the ratio is the price of the groups.
 """
 
 from collections.abc import Callable
@@ -29,6 +32,8 @@ OPS = (
     "grouped_nvfp4_sr_row",
     "grouped_nvfp4_sr_rowcol",
     "grouped_dbias",
+    "grouped_fp8_block_row",
+    "grouped_fp8_block_rowcol",
 )
 # Fractions of M per group (8 groups); the last group takes the remainder.
 _SHARES = (0.0916, 0.1648, 0.116, 0.1892, 0.061, 0.1404, 0.1038)
@@ -46,6 +51,9 @@ def ours(op: str, m: int) -> Callable:
     if op == "grouped_dbias":
         return lambda x, scale: eqq.grouped_dbias(x, sizes, check=False, impl="ffi")
     layout = eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
+    if "fp8_block" in op:
+        block_q = eqq.Float8BlockQuantizer(q_layout=layout)
+        return lambda x, scale: eqq.grouped_quantize(x, sizes, block_q, check=False)
     key = None
     if "nvfp4" in op:
         q = eqq.NVFP4Quantizer(q_layout=layout, stochastic_rounding="_sr_" in op)
@@ -85,6 +93,13 @@ def _nvfp4_blocks(xb, s_enc, axis: int):
 def xla(op: str, m: int, n: int):
 
     sizes = group_sizes(m)
+    if "fp8_block" in op:
+        import eqx_quant as eqq
+
+        layout = (eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol")
+                  else eqq.QuantizeLayout.ROWWISE)
+        dense_q = eqq.Float8BlockQuantizer(q_layout=layout)
+        return lambda x, scale: eqq.quantize(x, dense_q)
     if op == "grouped_dbias":
         segments = jnp.asarray(np.repeat(np.arange(len(sizes)), sizes))
 
@@ -146,6 +161,9 @@ def xla(op: str, m: int, n: int):
 def bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
     if op == "grouped_dbias":
         return m * n * itemsize + (len(_SHARES) + 1) * n * itemsize
+    if "fp8_block" in op:  # x once; E4M3 bytes and a float32 scale per 128 per copy
+        parts = 2 if op.endswith("rowcol") else 1
+        return m * n * itemsize + parts * (m * n + m * n // 128 * 4)
     if "nvfp4" in op:  # the amax pass and the quantize pass read x; codes and E4M3 scales
         parts = 2 if op.endswith("rowcol") else 1
         return 2 * m * n * itemsize + parts * (m * n // 2 + m * n // 16)

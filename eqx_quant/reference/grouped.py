@@ -333,20 +333,28 @@ def _place_units(out, tile, first, count):
 
 
 def grouped_fp8_block_quantize(x, group_sizes, *, q_dtype, use_2d, power_2_scales, epsilon,
-                               rows_per_unit, rowwise, colwise):
+                               rows_per_unit, rowwise, colwise, quantize_dense=None):
     """`(row, row_scale, col, col_scale)` of one example (docs/grouped.md, "FP8 block
     scaling"): data as the per-tensor op's (rowwise `(R, N)`, colwise the flat T layout),
     float32 scale_inv matrices. 1x128: rowwise `(R, nb)`, row r's blocks; colwise `(N, U)`,
     group g's `(N, ceil(rows_g/128))` in columns `[u_g, ...)`. 128x128: rowwise `(U, nb)`,
     group g's tiles in rows `[u_g, ...)`; colwise `(nb, U)`, their transpose. `nb =
-    ceil(N/128)`, `U = most_units(R, G, 128)`, `u_g = first_units(...)[g]`."""
+    ceil(N/128)`, `U = most_units(R, G, 128)`, `u_g = first_units(...)[g]`.
+
+    `quantize_dense(x2d, transposed) -> (data, scale_inv)` quantizes a dense 2-D view (of
+    `x2d.T` with `transposed`) with this call's block and settings; by default the pure-JAX
+    `fp8_block.quantize_2d` (the op passes the dense op, which has kernels)."""
     r, n = x.shape
     block = fp8_block.BLOCK
     units = most_units(r, group_sizes.shape[0], block)
     nb = -(-n // block)
     q = jnp.dtype(q_dtype)
     f32 = jnp.float32
-    kw = dict(q_dtype=q_dtype, power_2_scales=power_2_scales, epsilon=epsilon)
+    if quantize_dense is None:
+        def quantize_dense(x2d, transposed):
+            return fp8_block.quantize_2d(x2d.T if transposed else x2d, q_dtype=q_dtype,
+                                         use_2d=use_2d, power_2_scales=power_2_scales,
+                                         epsilon=epsilon)
     starts, counts = group_bounds(group_sizes, rows_per_unit, r)
     first = first_units(counts, block)
     row, row_s = _empty(q), _empty(f32)
@@ -356,41 +364,67 @@ def grouped_fp8_block_quantize(x, group_sizes, *, q_dtype, use_2d, power_2_scale
         # zeroed gives every group's bytes and scales (and all-zero blocks past the sum).
         gid = row_groups(starts, counts, r)
         inside = (gid < group_sizes.shape[0])[:, None]
-        row, row_s = fp8_block.quantize_2d(jnp.where(inside, x, jnp.zeros((), x.dtype)),
-                                           use_2d=False, **kw)
+        row, row_s = quantize_dense(jnp.where(inside, x, jnp.zeros((), x.dtype)), False)
     if not (colwise or use_2d):
         return row, row_s, col, col_s
-    # The scan carries only what it writes (1x128 rowwise parts are done above).
-    init = (
-        jnp.zeros((r, n), q) if rowwise and use_2d else _empty(q),
-        jnp.zeros((units, nb), f32) if rowwise and use_2d else _empty(f32),
-        jnp.zeros((r * n,), q) if colwise else _empty(q),
-        jnp.zeros((nb, units) if use_2d else (n, units), f32) if colwise else _empty(f32),
-    )
-
-    def body(carry, g, start, count, gid):
-        row, row_s, col, col_s = carry
-        xg = _group_rows(x, start, count)
-        k = (count + block - 1) // block
-        if use_2d:  # tiles of 128 rows from the group's start; colwise = their transpose
-            d, s = fp8_block.quantize_2d(xg, use_2d=True, **kw)
-            if rowwise:
-                row = _place_rows(row, d, gid, g, start)
-                row_s = _place_units(row_s.T, s.T, first[g], k).T
-            if colwise:
-                col = _place_transposed(col, d.T, start, count, n)
-                col_s = _place_units(col_s, s.T, first[g], k)
-        else:  # the transposed group's rows, blocked along its own rows
-            d_t, s_t = fp8_block.quantize_2d(xg.T, use_2d=False, **kw)
-            col = _place_transposed(col, d_t, start, count, n)
-            col_s = _place_units(col_s, s_t, first[g], k)
+    groups = group_sizes.shape[0]
+    if r * n == 0 or groups == 0:
+        zeros = lambda shape, dtype: jnp.zeros(shape, dtype)  # noqa: E731
+        if use_2d:
+            row, row_s = (zeros((r, n), q), zeros((units, nb), f32)) if rowwise else (row, row_s)
+        if colwise:
+            col, col_s = zeros((r * n,), q), zeros((nb, units) if use_2d else (n, units), f32)
         return row, row_s, col, col_s
-
-    (s_row, s_row_s, col, col_s), _, _ = _scan_groups(x, group_sizes, rows_per_unit, init,
-                                                       body)
+    if block * units * n >= 2**31:
+        raise ValueError(
+            f"eqx_quant grouped reference: x of shape {x.shape} has too many elements for the "
+            "int32 indexing of the pure-JAX reference. Split the tokens into several calls."
+        )
+    # Every group's rows moved to row 128 u_g of a (128 U, N) buffer, zeros elsewhere: one
+    # dense pass over it quantizes each group's blocks from its own first row, a partial
+    # last block holding zeros below the group's rows as the group alone would.
+    gid = row_groups(starts, counts, r)
+    g = jnp.minimum(gid, groups - 1)
+    inside = gid < groups
+    rows = jnp.arange(r, dtype=jnp.int32)
+    padded_rows = block * units
+    to_padded = jnp.where(inside, block * first[g] + rows - starts[g], padded_rows)
+    padded = jnp.zeros((padded_rows, n), x.dtype).at[to_padded].set(x, mode="drop")
+    # Units past the last group's are all-zero blocks; their scales are 0 as in the layout.
+    used = jnp.arange(units, dtype=jnp.int32) < jnp.sum((counts + block - 1) // block)
     if use_2d:
-        row, row_s = s_row, s_row_s
+        d, s = quantize_dense(padded, False)
+        s = jnp.where(used[:, None], s, jnp.zeros((), f32))
+        if rowwise:
+            row = jnp.where(inside[:, None], d[jnp.minimum(to_padded, padded_rows - 1)],
+                            jnp.zeros((), q))
+            row_s = s
+        if colwise:
+            col = _gather_transposed(d.reshape(-1), gid, starts, counts, first, n, block,
+                                     lambda i, j: j * n + i)
+            col_s = s.T
+    else:
+        d_t, s_t = quantize_dense(padded, True)
+        col = _gather_transposed(d_t.reshape(-1), gid, starts, counts, first, n, block,
+                                 lambda i, j: i * padded_rows + j)
+        col_s = jnp.where(used[None, :], s_t, jnp.zeros((), f32))
     return row, row_s, col, col_s
+
+
+def _gather_transposed(source, gid, starts, counts, first, cols, block, flat_index):
+    """The flat T buffer (group g's `(N, rows_g)` transpose at `start_g * N`, zeros past the
+    last group) from quantized values of the padded buffer: element `(i, j)` of group g is
+    `source[flat_index(i, 128 u_g + j)]`. The buffer is built as `(R, N)`: its row m holds
+    elements of row m's group (the group's slab spans its rows' ranges), so every per-group
+    quantity is a per-row vector broadcast along the row."""
+    groups = counts.shape[0]
+    g = jnp.minimum(gid, groups - 1)[:, None]
+    rows = jnp.arange(gid.shape[0], dtype=jnp.int32)[:, None]
+    offset = (rows - starts[g]) * cols + jnp.arange(cols, dtype=jnp.int32)[None, :]
+    count = jnp.maximum(counts[g], 1)
+    i, j = offset // count, offset % count
+    values = source[flat_index(i, block * first[g] + j)]
+    return jnp.where((gid < groups)[:, None], values, jnp.zeros((), source.dtype)).reshape(-1)
 
 
 def prefix_tree_sum(v: Float[Array, "R N"], count) -> Float[Array, " N"]:
