@@ -189,6 +189,28 @@ def test_layer_called_twice_raises_at_run_time():
     assert float(nxt.a.state.x.history_value()[-1]) == float(jnp.max(jnp.abs(x)))
 
 
+def test_one_called_twice_check_per_step():
+    """The check that no layer was called twice is one run-time check for the whole model,
+    not one per layer and operand: on a GPU each check is a conditional whose predicate the
+    host waits for. The second layer, called twice, still trips it."""
+    two = Two(_delayed(64, 64, seed=1), _delayed(64, 64, seed=2))
+    x = _x()
+    dyn, static = eqx.partition(two, eqx.is_array)
+
+    def run(dyn, x, b_twice):
+        def loss(m, x):
+            y = m.b(m.a(x))
+            return jnp.sum(m.b(y) if b_twice else y)
+
+        return qnn.value_and_grad(loss)(eqx.combine(dyn, static), x)
+
+    text = jax.jit(run, static_argnums=2).lower(dyn, x, False).as_text()
+    assert text.count("call @branched_error_if") == 1
+    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError),
+                       match="called more than once"):
+        jax.block_until_ready(jax.jit(run, static_argnums=2)(dyn, x, True))
+
+
 def test_unreached_and_stopped_layers_keep_their_state():
     two = Two(_delayed(seed=1), _delayed(seed=2))
     x = _x()
