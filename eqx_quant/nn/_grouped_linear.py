@@ -37,7 +37,11 @@ class GroupedLinear(AbstractQuantizedLayer):
     **Call:** `layer(x, group_sizes, *, key=None)` with `x` of shape `(tokens, in_features)`
     sorted by expert and `group_sizes` an int32 `(num_groups,)` array on the device (rows past
     the last group give 0); `key` when the recipe rounds stochastically (ignored otherwise);
-    `expert_axis` for expert parallelism over that mesh axis (as `eqx_quant.grouped_dense`).
+    `expert_axis` for expert parallelism over that mesh axis (as `eqx_quant.grouped_dense`);
+    `check=False` skips the run-time check that the sizes are non-negative and sum to the
+    tokens (on a GPU that check copies the sizes to the host and waits for them, once per
+    call: a pipeline stall per MoE layer that a training loop whose router always produces
+    valid sizes need not pay).
     """
 
     weight: Array
@@ -91,6 +95,7 @@ class GroupedLinear(AbstractQuantizedLayer):
         *,
         key: PRNGKeyArray | None = None,
         expert_axis: str | None = None,
+        check: bool = True,
     ) -> Array:
         if self.recipe is None and expert_axis is not None:
             raise ValueError(
@@ -101,10 +106,14 @@ class GroupedLinear(AbstractQuantizedLayer):
             return self._plain(x, group_sizes)
         qs = layer_quantizers(self, self.num_groups)
         key = layer_key("eqx_quant.nn.GroupedLinear", qs, key)
-        check_grouped_dense(x, self.weight, group_sizes, self.bias, qs, key, True, "auto",
+        if not isinstance(check, bool):
+            raise TypeError(
+                f"eqx_quant.nn.GroupedLinear: check must be True or False, got {check!r}."
+            )
+        check_grouped_dense(x, self.weight, group_sizes, self.bias, qs, key, check, "auto",
                             expert_axis)
         return grouped_dense_call(
-            x, self.weight, group_sizes, self.bias, qs, receivers_of(self.state), key, True,
+            x, self.weight, group_sizes, self.bias, qs, receivers_of(self.state), key, check,
             "auto", "eqx_quant.nn.GroupedLinear", expert_axis,
         )
 

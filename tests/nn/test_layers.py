@@ -322,6 +322,24 @@ def test_grouped_linear_delayed_state_per_expert():
     np.testing.assert_array_equal(np.asarray(grads.weight[1]), 0)  # no rows, no gradient
 
 
+def test_grouped_linear_check_false_leaves_the_sizes_check_out():
+    """`check=False` drops the run-time sizes check (a host wait per call on a GPU) from the
+    program, with the same values; `check=True` (the default) keeps it and catches bad sizes
+    under jit; a non-bool is a TypeError naming the argument."""
+    layer = qnn.GroupedLinear(3, 64, 32, recipe=qnn.CurrentScaling(), key=jax.random.key(0))
+    x = _x((32, 64))
+    sizes = jnp.array([10, 0, 22], jnp.int32)
+    text = lambda **kw: jax.jit(lambda x, s: layer(x, s, **kw)).lower(x, sizes).as_text()  # noqa: E731
+    assert "group_sizes_check" in text()
+    assert "group_sizes_check" not in text(check=False)
+    np.testing.assert_array_equal(np.asarray(layer(x, sizes, check=False)),
+                                  np.asarray(layer(x, sizes)))
+    with pytest.raises(Exception, match="sum"):
+        jax.block_until_ready(jax.jit(lambda x, s: layer(x, s))(x, jnp.array([10, 0, 9])))
+    with pytest.raises(TypeError, match="check must be True or False"):
+        layer(x, sizes, check="no")
+
+
 # --- MLP -------------------------------------------------------------------------------------
 
 
