@@ -168,6 +168,8 @@ def check_grouped_dense(x, kernel, group_sizes, bias, quantizers, key, check, im
             f"{kernel.shape}."
         )
     groups = check_group_sizes(fn, x, group_sizes)
+    if not isinstance(check, bool):
+        raise TypeError(f"{fn}: check must be True or False, got {check!r}.")
     if expert_axis is None:
         check_sizes_now(fn, group_sizes, x.shape[0], check, "x")
     elif not isinstance(expert_axis, str):

@@ -106,10 +106,6 @@ class GroupedLinear(AbstractQuantizedLayer):
             return self._plain(x, group_sizes)
         qs = layer_quantizers(self, self.num_groups)
         key = layer_key("eqx_quant.nn.GroupedLinear", qs, key)
-        if not isinstance(check, bool):
-            raise TypeError(
-                f"eqx_quant.nn.GroupedLinear: check must be True or False, got {check!r}."
-            )
         check_grouped_dense(x, self.weight, group_sizes, self.bias, qs, key, check, "auto",
                             expert_axis)
         return grouped_dense_call(

@@ -322,16 +322,6 @@ def first_units(counts: Int[Array, " G"], unit: int) -> Int[Array, " G"]:
     return jnp.cumsum(units) - units
 
 
-def _place_units(out, tile, first, count):
-    """Write columns `[0, count)` of `tile` (A, T) to columns `[first, first + count)` of
-    `out` (A, U); the other columns of `out` are kept."""
-    if out.shape[1] == 0 or tile.shape[1] == 0:
-        return out
-    j = jnp.arange(out.shape[1], dtype=jnp.int32) - first
-    inside = (j >= 0) & (j < count)
-    return jnp.where(inside[None, :], tile[:, jnp.clip(j, 0, tile.shape[1] - 1)], out)
-
-
 def grouped_fp8_block_quantize(x, group_sizes, *, q_dtype, use_2d, power_2_scales, epsilon,
                                rows_per_unit, rowwise, colwise, quantize_dense=None):
     """`(row, row_scale, col, col_scale)` of one example (docs/grouped.md, "FP8 block
@@ -355,25 +345,26 @@ def grouped_fp8_block_quantize(x, group_sizes, *, q_dtype, use_2d, power_2_scale
             return fp8_block.quantize_2d(x2d.T if transposed else x2d, q_dtype=q_dtype,
                                          use_2d=use_2d, power_2_scales=power_2_scales,
                                          epsilon=epsilon)
+    groups = group_sizes.shape[0]
     starts, counts = group_bounds(group_sizes, rows_per_unit, r)
     first = first_units(counts, block)
+    gid = row_groups(starts, counts, r)
+    inside = gid < groups
     row, row_s = _empty(q), _empty(f32)
     col, col_s = _empty(q), _empty(f32)
     if rowwise and not use_2d:
         # A 1x128 block lies in one row, so one dense pass over x with the rows of no group
         # zeroed gives every group's bytes and scales (and all-zero blocks past the sum).
-        gid = row_groups(starts, counts, r)
-        inside = (gid < group_sizes.shape[0])[:, None]
-        row, row_s = quantize_dense(jnp.where(inside, x, jnp.zeros((), x.dtype)), False)
+        row, row_s = quantize_dense(jnp.where(inside[:, None], x, jnp.zeros((), x.dtype)),
+                                    False)
     if not (colwise or use_2d):
         return row, row_s, col, col_s
-    groups = group_sizes.shape[0]
     if r * n == 0 or groups == 0:
-        zeros = lambda shape, dtype: jnp.zeros(shape, dtype)  # noqa: E731
-        if use_2d:
-            row, row_s = (zeros((r, n), q), zeros((units, nb), f32)) if rowwise else (row, row_s)
+        if use_2d and rowwise:
+            row, row_s = jnp.zeros((r, n), q), jnp.zeros((units, nb), f32)
         if colwise:
-            col, col_s = zeros((r * n,), q), zeros((nb, units) if use_2d else (n, units), f32)
+            col = jnp.zeros((r * n,), q)
+            col_s = jnp.zeros((nb, units) if use_2d else (n, units), f32)
         return row, row_s, col, col_s
     if block * units * n >= 2**31:
         raise ValueError(
@@ -383,9 +374,7 @@ def grouped_fp8_block_quantize(x, group_sizes, *, q_dtype, use_2d, power_2_scale
     # Every group's rows moved to row 128 u_g of a (128 U, N) buffer, zeros elsewhere: one
     # dense pass over it quantizes each group's blocks from its own first row, a partial
     # last block holding zeros below the group's rows as the group alone would.
-    gid = row_groups(starts, counts, r)
     g = jnp.minimum(gid, groups - 1)
-    inside = gid < groups
     rows = jnp.arange(r, dtype=jnp.int32)
     padded_rows = block * units
     to_padded = jnp.where(inside, block * first[g] + rows - starts[g], padded_rows)
