@@ -1,4 +1,4 @@
-// The element loops of the NVFP4 CPU kernels (nvfp4/quantize_cpu.cc).
+// The element loops of the NVFP4 CPU kernels (nvfp4/quantize_cpu.cc, nvfp4/amax_cpu.cc).
 //
 // Each loop is written branch-free over contiguous arrays so that it
 // vectorises. The bodies are always-inline templates, instantiated twice by

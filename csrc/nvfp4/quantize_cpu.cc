@@ -13,6 +13,7 @@
 #include "common/rht.h"
 #include "common/threefry.h"
 #include "nvfp4/loops_cpu.h"
+#include "nvfp4/panel_cpu.h"
 
 namespace eqx_quant::cpu {
 namespace {
@@ -24,114 +25,16 @@ using nvfp4_loops::F32Input;
 using nvfp4_loops::kB;
 using nvfp4_loops::SrRun;
 
-// An example (A, K, C, L) is walked in panels: up to 16 consecutive k of one
-// a, i.e. up to 16 rows of W = C * L contiguous elements (one band of 2D
-// tiles, one colwise block / RHT group per column). A panel is processed in
-// chunks of whole (c, 16-aligned l range) segments, converted to f32 into
-// Scratch with each segment zero-padded to a multiple of 16 positions, so
-// that every rowwise block and tile starts at a multiple of 16.
-constexpr int64_t kChunk = 256;  // positions per chunk (16 rows fit in L1)
-constexpr int64_t kChunkBlocks = kChunk / kB;
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t RoundUp16(int64_t a) { return CeilDiv(a, kB) * kB; }
-
-// l in [l0, l0 + nl) of each c in [c0, c0 + nc); segment cc occupies the
-// positions [cc * nlp, (cc + 1) * nlp), nlp = RoundUp16(nl). Either nc == 1
-// or (l0 == 0 and nl == L); l0 % 16 == 0.
-struct Chunk {
-  int64_t c0, nc, l0, nl, nlp;
-  int64_t width() const { return nc * nlp; }
-  int64_t blocks() const { return width() / kB; }
-};
-
-// The chunks of the C * L columns of a panel, in increasing order: chunk i
-// is Get(i), i < count().
-class ChunkPlan {
- public:
-  ChunkPlan(int64_t c_count, int64_t l_count)
-      : c_count_(c_count), l_count_(l_count) {
-    if (c_count_ == 0 || l_count_ == 0) return;
-    split_l_ = RoundUp16(l_count_) >= kChunk;  // each c split into l ranges
-    if (split_l_) {
-      per_ = CeilDiv(l_count_, kChunk);  // chunks per c
-      count_ = c_count_ * per_;
-    } else {
-      per_ = kChunk / RoundUp16(l_count_);  // whole c per chunk
-      count_ = CeilDiv(c_count_, per_);
-    }
-  }
-
-  int64_t count() const { return count_; }
-
-  Chunk Get(int64_t i) const {
-    if (split_l_) {
-      const int64_t l0 = (i % per_) * kChunk;
-      const int64_t nl = std::min(kChunk, l_count_ - l0);
-      return Chunk{i / per_, 1, l0, nl, RoundUp16(nl)};
-    }
-    const int64_t c0 = i * per_;
-    return Chunk{c0, std::min(per_, c_count_ - c0), 0, l_count_,
-                 RoundUp16(l_count_)};
-  }
-
- private:
-  int64_t c_count_;
-  int64_t l_count_;
-  bool split_l_ = false;
-  int64_t per_ = 1;
-  int64_t count_ = 0;
-};
-
-// Working set of one panel chunk (one per thread, ThreadScratch).
-struct Scratch {
-  float x[kB][kChunk];          // f32 inputs, row i = k0 + i, padded segments
-  float rht[kB][kChunk];        // RHT outputs (bf16 values) along K
-  uint8_t codes[kB][kChunk];    // colwise codes before the transposed write
-  uint8_t row_codes[kChunk];    // rowwise codes of one row
-  uint32_t col_key[kChunk];     // per position: max over the panel's rows
-  uint8_t col_sdb[kChunk];      // colwise scale byte per position
-  float col_enc[kChunk];        // colwise multiplier per position
-  float row_enc[kChunk];        // rowwise multiplier per position
-  uint64_t seg_index[kChunkBlocks];  // SR: index of (c, l0) of each segment
-  uint8_t sr_bytes[kChunk + 16];     // SR: bytes of one segment's octets
-  uint8_t col_sr_bytes[kB][kChunk];  // SR: colwise bytes, per panel row
-  uint8_t run_bytes[3 * 8];          // SR: the octets of one colwise block
-  uint32_t blk_key[kB * kChunkBlocks];  // rowwise block amax keys, per row
-  uint8_t blk_sdb[kB * kChunkBlocks];
-  float blk_enc[kB * kChunkBlocks];
-  uint32_t tile_key[kChunkBlocks];  // 2D tile amax keys
-  uint8_t tile_sdb[kChunkBlocks];   // 2D rowwise scales
-  float tile_enc[kChunkBlocks];
-};
-
-// The calling thread's Scratch, kept between calls.
-Scratch& ThreadScratch() {
-  thread_local const std::unique_ptr<Scratch> scratch =
-      std::make_unique<Scratch>();
-  return *scratch;
-}
-
-// Work below this many elements per task is not split.
-constexpr int64_t kMinTaskElements = int64_t{1} << 15;
-
-// The work items of one example: item t is chunk t % chunks of the panel
-// t / chunks, panel p being the rows [k0, k0 + 16) of a = p / panels_per_a,
-// k0 = 16 * (p % panels_per_a).
-struct ItemPlan {
-  int64_t chunks = 0;
-  int64_t panels_per_a = 0;
-  int64_t count = 0;
-
-  ItemPlan(int64_t a, int64_t k, const ChunkPlan& plan)
-      : chunks(plan.count()),
-        panels_per_a(CeilDiv(k, kB)),
-        count(a * panels_per_a * plan.count()) {}
-
-  int64_t a(int64_t t) const { return t / chunks / panels_per_a; }
-  int64_t k0(int64_t t) const { return (t / chunks) % panels_per_a * kB; }
-  int64_t chunk(int64_t t) const { return t % chunks; }
-};
+using nvfp4_panel::CeilDiv;
+using nvfp4_panel::Chunk;
+using nvfp4_panel::ChunkPlan;
+using nvfp4_panel::Dispatch;
+using nvfp4_panel::ItemPlan;
+using nvfp4_panel::LoadPanel;
+using nvfp4_panel::Scratch;
+using nvfp4_panel::ThreadScratch;
+using nvfp4_panel::kChunk;
+using nvfp4_panel::kMinTaskElements;
 
 // The stochastic-rounding indices of an x element s: rowwise ravel(s +
 // offset, G), colwise ravel(T(s + offset), T(G)) mod 2^64, T(v) = v[fa:] +
@@ -189,22 +92,6 @@ class SrIndex {
   std::vector<uint32_t> offset_;
   int a_end_, k_axis_, c_begin_, l_axis_ = 0;
 };
-
-// Scratch.x[i] = the chunk's positions of panel row i (for i < rows), each
-// segment zero-padded to its 16-aligned length. The panel's rows are
-// w_count elements apart.
-template <typename Input, typename Loops>
-void LoadPanel(const typename Input::Storage* panel, int64_t w_count,
-               int64_t l_count, int rows, const Chunk& ch, Scratch& s) {
-  for (int i = 0; i < rows; ++i) {
-    for (int64_t cc = 0; cc < ch.nc; ++cc) {
-      float* dst = s.x[i] + cc * ch.nlp;
-      Loops::template Load<Input>(
-          panel + i * w_count + (ch.c0 + cc) * l_count + ch.l0, ch.nl, dst);
-      std::fill(dst + ch.nl, dst + ch.nlp, 0.0f);
-    }
-  }
-}
 
 // One example being quantized; `Loops` is a loop set of nvfp4/loops_cpu.h.
 template <typename Input, typename Loops>
@@ -497,90 +384,6 @@ void QuantizeAll(const Nvfp4QuantizeProblem& pr,
   }
 }
 
-// The max of the pieces' keys (exact in any order).
-uint32_t MaxKey(const std::vector<uint32_t>& keys) {
-  uint32_t key = 0;
-  for (uint32_t k : keys) key = std::max(key, k);
-  return key;
-}
-
-template <typename Input, typename Loops>
-void AmaxAll(const Nvfp4AmaxProblem& pr, const Nvfp4AmaxBuffers& buf,
-             const ParallelFor& parallel) {
-  const Nvfp4View& v = pr.view;
-  const int64_t elements = v.a * v.k * v.c * v.l;
-  const int64_t w_count = v.c * v.l;
-  const auto* x = static_cast<const typename Input::Storage*>(buf.x);
-  const RhtMatrix rht = MakeRhtMatrix(pr.rht_sign_mask);
-  const ChunkPlan chunks(v.c, v.l);
-  // RHT groups: every item a full panel of 16 rows (K % 16 == 0).
-  const ItemPlan items(v.a, v.k, chunks);
-  const int64_t threads = parallel.threads();
-  for (int64_t p = 0; p < v.batch; ++p) {
-    const typename Input::Storage* xp = x + p * elements;
-    const RangeSplit flat = SplitRange(elements, threads, kMinTaskElements, 64);
-    std::vector<uint32_t> keys(static_cast<size_t>(flat.count), 0u);
-    parallel(flat.count, [&](int64_t piece) {
-      const int64_t begin = flat.begin(piece);
-      keys[piece] = Loops::template Amax<Input>(
-          xp + begin, flat.end(piece, elements) - begin, 0u);
-    });
-    buf.amax[p] = BitsToFloat(MaxKey(keys));
-    if (!pr.with_rht) continue;
-    const int64_t item_elements = kB * kChunk;
-    const RangeSplit split = SplitRange(
-        items.count, threads, CeilDiv(kMinTaskElements, item_elements), 1);
-    keys.assign(static_cast<size_t>(split.count), 0u);
-    parallel(split.count, [&](int64_t piece) {
-      Scratch& s = ThreadScratch();
-      uint32_t rht_key = 0;
-      for (int64_t t = split.begin(piece); t < split.end(piece, items.count);
-           ++t) {
-        const Chunk ch = chunks.Get(items.chunk(t));
-        const typename Input::Storage* panel =
-            xp + (items.a(t) * v.k + items.k0(t)) * w_count;
-        // Padding positions are zero, and RHT(0) = 0.
-        LoadPanel<Input, Loops>(panel, w_count, v.l, kB, ch, s);
-        Loops::Rht(&s.x[0][0], kChunk, ch.width(), rht, &s.rht[0][0]);
-        std::fill(s.col_key, s.col_key + ch.width(), 0u);
-        for (int i = 0; i < kB; ++i) {
-          Loops::MaxKeys(s.rht[i], ch.width(), s.col_key);
-        }
-        for (int64_t j = 0; j < ch.width(); ++j) {
-          rht_key = std::max(rht_key, s.col_key[j]);
-        }
-      }
-      keys[piece] = rht_key;
-    });
-    buf.rht_amax[p] = BitsToFloat(MaxKey(keys));
-  }
-}
-
-// Runs Fn<Input, Loops>(problem, buffers, parallel) with the fastest loop
-// set this CPU supports.
-template <template <typename, typename> class Fn, typename Problem,
-          typename Buffers>
-void Dispatch(const Problem& problem, const Buffers& buffers,
-              const ParallelFor& parallel) {
-  const InputType type = problem.view.input_type;
-#if defined(EQX_QUANT_NVFP4_AVX2_LOOPS)
-  if (__builtin_cpu_supports("avx2")) {
-    using L = nvfp4_loops::Avx2Loops;
-    if (type == InputType::kF32)
-      return Fn<F32Input, L>::Run(problem, buffers, parallel);
-    if (type == InputType::kF16)
-      return Fn<F16Input, L>::Run(problem, buffers, parallel);
-    return Fn<Bf16Input, L>::Run(problem, buffers, parallel);
-  }
-#endif
-  using L = nvfp4_loops::GenericLoops;
-  if (type == InputType::kF32)
-    return Fn<F32Input, L>::Run(problem, buffers, parallel);
-  if (type == InputType::kF16)
-    return Fn<F16Input, L>::Run(problem, buffers, parallel);
-  return Fn<Bf16Input, L>::Run(problem, buffers, parallel);
-}
-
 template <typename Input, typename Loops>
 struct QuantizeFn {
   static void Run(const Nvfp4QuantizeProblem& p, const Nvfp4QuantizeBuffers& b,
@@ -589,20 +392,7 @@ struct QuantizeFn {
   }
 };
 
-template <typename Input, typename Loops>
-struct AmaxFn {
-  static void Run(const Nvfp4AmaxProblem& p, const Nvfp4AmaxBuffers& b,
-                  const ParallelFor& parallel) {
-    AmaxAll<Input, Loops>(p, b, parallel);
-  }
-};
-
 }  // namespace
-
-void Nvfp4Amax(const Nvfp4AmaxProblem& problem, const Nvfp4AmaxBuffers& buffers,
-               const ParallelFor& parallel) {
-  Dispatch<AmaxFn>(problem, buffers, parallel);
-}
 
 void Nvfp4Quantize(const Nvfp4QuantizeProblem& problem,
                    const Nvfp4QuantizeBuffers& buffers,

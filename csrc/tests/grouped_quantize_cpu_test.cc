@@ -8,7 +8,7 @@
 //       -fsanitize=address,undefined -I csrc
 //       csrc/tests/grouped_quantize_cpu_test.cc
 //       csrc/grouped/quantize_cpu.cc csrc/fp8/quantize_cpu.cc
-//       csrc/mxfp8/quantize_cpu.cc csrc/nvfp4/quantize_cpu.cc
+//       csrc/mxfp8/quantize_cpu.cc csrc/nvfp4/amax_cpu.cc csrc/nvfp4/quantize_cpu.cc
 //       -o /tmp/grouped_test
 //   /tmp/grouped_test
 //

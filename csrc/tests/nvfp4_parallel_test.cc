@@ -4,7 +4,7 @@
 // colwise, with the RHT, stochastic rounding, 2D tiles, batches, and with
 // odd line lengths (two codes per byte across items: the kernel stays on one
 // thread). Not part of the library; tests/kernels/test_host_cpp.py builds and
-// runs it, or by hand from the repository root (the kernel is compiled into
+// runs it, or by hand from the repository root (the kernels are compiled into
 // this file):
 //
 //   g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -I csrc
@@ -20,7 +20,8 @@
 
 #include "common/nvfp4_problem.h"
 #include "common/parallel_for.h"
-#include "nvfp4/quantize_cpu.cc"  // NOLINT: the kernel itself, see above
+#include "nvfp4/amax_cpu.cc"      // NOLINT: the kernels themselves, see above
+#include "nvfp4/quantize_cpu.cc"  // NOLINT
 #include "tests/host_test_expect.h"
 #include "tests/parallel_test_pools.h"
 

@@ -48,6 +48,7 @@ BUILDS = {
             "grouped/quantize_cpu.cc",
             "fp8/quantize_cpu.cc",
             "mxfp8/quantize_cpu.cc",
+            "nvfp4/amax_cpu.cc",
             "nvfp4/quantize_cpu.cc",
         ),
         flags=("-O0", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"),
