@@ -48,6 +48,19 @@ struct Fp8BlockQuantizeBuffers {
   float* col_scale = nullptr;    // batch x (C or ceil(C/128)) x ceil(R/128)
 };
 
+// The largest finite value of x's dtype (Fp8BlockQuantizeProblem::input_max).
+inline constexpr float Fp8BlockInputMax(InputType type) {
+  switch (type) {
+    case InputType::kF16:
+      return 65504.0f;
+    case InputType::kBF16:
+      return 3.38953139e38f;  // 0x7F7F0000
+    case InputType::kF32:
+      break;
+  }
+  return 3.40282347e38f;  // FLT_MAX
+}
+
 // TE's compute_scale_from_amax (common/recipe/recipe_common.cuh) for a
 // NaN-free, non-negative block amax: the amax floored at `epsilon`; 1 for an
 // amax of 0 or inf; else fl(fp8_max / amax), x's dtype's largest finite value

@@ -100,6 +100,40 @@ struct GroupedNvfp4QuantizeBuffers {
   uint8_t* col_scale = nullptr;  // batch x col_scale_bytes, if colwise
 };
 
+// eqx_quant_grouped_fp8_block_quantize: per group, the dense FP8 block
+// quantize (common/fp8_block_problem.h) of the group's rows, its blocks of 128
+// rows counted from the group's first row; the float32 scale_inv matrices
+// stacked as docs/grouped.md ("FP8 block scaling") lays them out, with
+// k_g = ceil(rows_g / 128) and u_g = sum_{h<g} k_h:
+//   1x128 rowwise   (R, nb): row r's blocks at row r; rows of no group hold
+//                   the scale_inv of an all-zero block
+//   1x128 colwise   (N, W): group g's (N, k_g) in columns [u_g, u_g + k_g)
+//   128x128 rowwise (W, nb): group g's (k_g, nb) in rows [u_g, u_g + k_g)
+//   128x128 colwise (nb, W): the rowwise matrix transposed
+// nb = ceil(N / 128), W = `units` (the most sum_g k_g can be); entries of no
+// group are 0 (never a scale_inv).
+struct GroupedFp8BlockQuantizeProblem {
+  GroupedView view;
+  Fp8Format format = Fp8Format::kE4M3Fn;
+  bool rowwise = false;
+  bool colwise = false;
+  bool use_2d = false;          // 128x128 tiles, else 1x128 blocks
+  bool power_2_scales = false;  // clear each scale's mantissa bits
+  float amax_epsilon = 0.0f;    // a floor for each block's amax
+  float input_max = 0.0f;       // x's dtype's largest finite value
+  int64_t units = 0;            // W
+};
+
+struct GroupedFp8BlockQuantizeBuffers {
+  const void* x = nullptr;               // batch x R x N, of InputType
+  const int32_t* group_sizes = nullptr;  // batch x G
+  uint8_t* row = nullptr;        // batch x R x N, if rowwise
+  float* row_scale = nullptr;    // batch x (R or W) x nb, if rowwise
+  uint8_t* col = nullptr;        // batch x R*N (group g: N x rows_g at
+                                 // start_g * N), if colwise
+  float* col_scale = nullptr;    // batch x (N or nb) x W, if colwise
+};
+
 // eqx_quant_grouped_dbias: dbias[g] = the canonical tree sum
 // (common/tree_sum.h) of the group's rows, +0.0f for an empty group, written
 // in dbias_type (common/float_narrow.h: NaN canonical).

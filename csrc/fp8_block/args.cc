@@ -1,7 +1,6 @@
 #include "fp8_block/args.h"
 
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,18 +18,6 @@ namespace {
 namespace ffi = xla::ffi;
 
 const OperandErrors kErrors("eqx_quant_fp8_block_quantize");
-
-float InputMax(InputType type) {
-  switch (type) {
-    case InputType::kF16:
-      return 65504.0f;
-    case InputType::kBF16:
-      return BitsToFloat(0x7F7F0000u);
-    case InputType::kF32:
-      break;
-  }
-  return std::numeric_limits<float>::max();
-}
 
 }  // namespace
 
@@ -79,7 +66,7 @@ ffi::ErrorOr<Fp8BlockQuantizeCall> PrepareFp8BlockQuantize(
   p.use_2d = attrs.use_2d;
   p.power_2_scales = attrs.power_2_scales;
   p.amax_epsilon = attrs.amax_epsilon;
-  p.input_max = InputMax(p.input_type);
+  p.input_max = Fp8BlockInputMax(p.input_type);
 
   const std::vector<int64_t> empty = {0};
   const std::vector<int64_t> x_shape(dims.begin(), dims.end());

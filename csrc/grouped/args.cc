@@ -4,9 +4,11 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/fp8_block_problem.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "common/grouped_layout.h"
@@ -347,6 +349,78 @@ ffi::ErrorOr<GroupedNvfp4QuantizeProblem> CheckGroupedNvfp4QuantizeOperands(
   return problem;
 }
 
+ffi::ErrorOr<GroupedFp8BlockQuantizeProblem>
+CheckGroupedFp8BlockQuantizeOperands(const ffi::AnyBuffer& x,
+                                     const ffi::AnyBuffer& group_sizes,
+                                     const ffi::AnyBuffer& row,
+                                     const ffi::AnyBuffer& row_scale,
+                                     const ffi::AnyBuffer& col,
+                                     const ffi::AnyBuffer& col_scale,
+                                     const GroupedFp8BlockQuantizeAttrs& attrs) {
+  const Checker check("eqx_quant_grouped_fp8_block_quantize");
+  if (auto error = CheckSomePart(check, attrs)) return *error;
+  if (!(attrs.amax_epsilon >= 0.0f) ||
+      FloatToBits(attrs.amax_epsilon) >= 0x7F800000u) {
+    return check.Fail("amax_epsilon=" + std::to_string(attrs.amax_epsilon) +
+                      " but expected a finite value >= 0");
+  }
+  ffi::ErrorOr<ViewAndBatch> vb =
+      CheckView(check, x, group_sizes, attrs.n_batch, attrs.rows_per_unit);
+  if (!vb.has_value()) return vb.error();
+  const GroupedView& v = vb->view;
+  const std::vector<int64_t> rn = {v.rows, v.cols};
+  const std::vector<int64_t> flat = {v.rows * v.cols};
+  if (auto error = check.Part("row", row, attrs.rowwise,
+                              Concat({vb->batch, rn}), "Bt + (R, N)",
+                              "rowwise=" + BoolString(attrs.rowwise))) {
+    return *error;
+  }
+  if (auto error = check.Part("col", col, attrs.colwise,
+                              Concat({vb->batch, flat}), "Bt + (R*N,)",
+                              "colwise=" + BoolString(attrs.colwise))) {
+    return *error;
+  }
+  ffi::ErrorOr<Fp8Format> format = CheckFp8Type(check, row, col, attrs);
+  if (!format.has_value()) return format.error();
+  const int64_t units =
+      grouped::WorstCaseUnits(v.rows, v.groups, kFp8Block);
+  const int64_t nb = Fp8Blocks(v.cols);
+  const std::vector<int64_t> row_s = {attrs.use_2d ? units : v.rows, nb};
+  const std::vector<int64_t> col_s = {attrs.use_2d ? nb : v.cols, units};
+  const std::string sizes = "W = W(R, G, 128) = " + std::to_string(units) +
+                            ", nb = ceil(N/128) = " + std::to_string(nb);
+  for (const auto& [name, buffer, enabled, shape, what] :
+       {std::make_tuple("row_scale", &row_scale, attrs.rowwise, row_s,
+                        attrs.use_2d ? "Bt + (W, nb)" : "Bt + (R, nb)"),
+        std::make_tuple("col_scale", &col_scale, attrs.colwise, col_s,
+                        attrs.use_2d ? "Bt + (nb, W)" : "Bt + (N, W)")}) {
+    if (enabled) {
+      if (auto error = check.Type(name, buffer->element_type(),
+                                  ffi::DataType::F32, "f32")) {
+        return *error;
+      }
+    }
+    if (auto error = check.Part(
+            name, *buffer, enabled, Concat({vb->batch, shape}),
+            std::string(what) + ", " + sizes,
+            std::string(name[0] == 'r' ? "rowwise=" : "colwise=") +
+                BoolString(enabled))) {
+      return *error;
+    }
+  }
+  GroupedFp8BlockQuantizeProblem problem;
+  problem.view = v;
+  problem.format = *format;
+  problem.rowwise = attrs.rowwise;
+  problem.colwise = attrs.colwise;
+  problem.use_2d = attrs.use_2d;
+  problem.power_2_scales = attrs.power_2_scales;
+  problem.amax_epsilon = attrs.amax_epsilon;
+  problem.input_max = Fp8BlockInputMax(v.input_type);
+  problem.units = units;
+  return problem;
+}
+
 ffi::ErrorOr<GroupedDbiasProblem> CheckGroupedDbiasOperands(
     const ffi::AnyBuffer& x, const ffi::AnyBuffer& group_sizes,
     const ffi::AnyBuffer& dbias, const GroupedDbiasAttrs& attrs) {
@@ -435,6 +509,29 @@ PrepareGroupedNvfp4Quantize(
   buffers.col_scale = DataIf<uint8_t>(problem->colwise, col_scale);
   return PreparedCall<GroupedNvfp4QuantizeProblem,
                       GroupedNvfp4QuantizeBuffers>{*problem, buffers};
+}
+
+PreparedCallOr<GroupedFp8BlockQuantizeProblem, GroupedFp8BlockQuantizeBuffers>
+PrepareGroupedFp8BlockQuantize(const ffi::AnyBuffer& x,
+                               const ffi::AnyBuffer& group_sizes,
+                               const ffi::AnyBuffer& row,
+                               const ffi::AnyBuffer& row_scale,
+                               const ffi::AnyBuffer& col,
+                               const ffi::AnyBuffer& col_scale,
+                               const GroupedFp8BlockQuantizeAttrs& attrs) {
+  ffi::ErrorOr<GroupedFp8BlockQuantizeProblem> problem =
+      CheckGroupedFp8BlockQuantizeOperands(x, group_sizes, row, row_scale, col,
+                                           col_scale, attrs);
+  if (!problem.has_value()) return problem.error();
+  GroupedFp8BlockQuantizeBuffers buffers;
+  buffers.x = x.untyped_data();
+  buffers.group_sizes = Data<const int32_t>(group_sizes);
+  buffers.row = DataIf<uint8_t>(problem->rowwise, row);
+  buffers.row_scale = DataIf<float>(problem->rowwise, row_scale);
+  buffers.col = DataIf<uint8_t>(problem->colwise, col);
+  buffers.col_scale = DataIf<float>(problem->colwise, col_scale);
+  return PreparedCall<GroupedFp8BlockQuantizeProblem,
+                      GroupedFp8BlockQuantizeBuffers>{*problem, buffers};
 }
 
 PreparedCallOr<GroupedDbiasProblem, GroupedDbiasBuffers> PrepareGroupedDbias(

@@ -30,6 +30,13 @@ struct GroupedNvfp4QuantizeAttrs : GroupedQuantizeAttrs {
   bool stochastic_rounding = false;
 };
 
+// eqx_quant_grouped_fp8_block_quantize's: those, then its own three.
+struct GroupedFp8BlockQuantizeAttrs : GroupedQuantizeAttrs {
+  bool use_2d = false;
+  bool power_2_scales = false;
+  float amax_epsilon = 0.0f;
+};
+
 // eqx_quant_grouped_dbias's.
 struct GroupedDbiasAttrs {
   int64_t n_batch = 0;
@@ -67,6 +74,15 @@ PrepareGroupedNvfp4Quantize(
     const xla::ffi::AnyBuffer& row, const xla::ffi::AnyBuffer& row_scale,
     const xla::ffi::AnyBuffer& col, const xla::ffi::AnyBuffer& col_scale,
     const GroupedNvfp4QuantizeAttrs& attrs);
+
+PreparedCallOr<GroupedFp8BlockQuantizeProblem, GroupedFp8BlockQuantizeBuffers>
+PrepareGroupedFp8BlockQuantize(const xla::ffi::AnyBuffer& x,
+                               const xla::ffi::AnyBuffer& group_sizes,
+                               const xla::ffi::AnyBuffer& row,
+                               const xla::ffi::AnyBuffer& row_scale,
+                               const xla::ffi::AnyBuffer& col,
+                               const xla::ffi::AnyBuffer& col_scale,
+                               const GroupedFp8BlockQuantizeAttrs& attrs);
 
 PreparedCallOr<GroupedDbiasProblem, GroupedDbiasBuffers> PrepareGroupedDbias(
     const xla::ffi::AnyBuffer& x, const xla::ffi::AnyBuffer& group_sizes,

@@ -41,6 +41,20 @@
 //   (nvfp4/binding.h): flat element i (batch dims included) is nibble i % 2
 //   (0 = low) of byte i / 2.
 //
+// eqx_quant_grouped_fp8_block_quantize (nb = ceil(N/128), W = W(R, G, 128)
+// of common/grouped_layout.h, WorstCaseUnits):
+//   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)
+//   Arg 1  group_sizes  S32                   Bt + (G,)
+//   Ret 0  row          F8E4M3FN | F8E5M2     Bt + (R, N) if rowwise, else (0,)
+//   Ret 1  row_scale    F32                   Bt + (R, nb), with use_2d
+//                                             Bt + (W, nb); (0,) if not rowwise
+//   Ret 2  col          the FP8 type of row   Bt + (R*N,) if colwise, else (0,)
+//   Ret 3  col_scale    F32                   Bt + (N, W), with use_2d
+//                                             Bt + (nb, W); (0,) if not colwise
+//   Attrs  n_batch: int64, rows_per_unit: int64, rowwise: bool,
+//          colwise: bool, use_2d: bool, power_2_scales: bool,
+//          amax_epsilon: float
+//
 // eqx_quant_grouped_dbias:
 //   Arg 0  x            F32 | F16 | BF16      Bt + (R, N)
 //   Arg 1  group_sizes  S32                   Bt + (G,)
@@ -49,7 +63,7 @@
 //
 // The attributes are decoded by name into one struct per op (grouped/args.h):
 // GroupedQuantizeAttrs (the FP8 and MXFP8 ops), GroupedNvfp4QuantizeAttrs,
-// GroupedDbiasAttrs.
+// GroupedFp8BlockQuantizeAttrs, GroupedDbiasAttrs.
 //
 // Every buffer is bound as AnyBuffer so that the handler checks the element
 // types itself and reports them with the op's own error messages. A handler
@@ -84,6 +98,16 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     xla::ffi::StructMember<bool>("colwise"),
     xla::ffi::StructMember<bool>("use_2d"),
     xla::ffi::StructMember<bool>("stochastic_rounding"));
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    eqx_quant::GroupedFp8BlockQuantizeAttrs,
+    xla::ffi::StructMember<int64_t>("n_batch"),
+    xla::ffi::StructMember<int64_t>("rows_per_unit"),
+    xla::ffi::StructMember<bool>("rowwise"),
+    xla::ffi::StructMember<bool>("colwise"),
+    xla::ffi::StructMember<bool>("use_2d"),
+    xla::ffi::StructMember<bool>("power_2_scales"),
+    xla::ffi::StructMember<float>("amax_epsilon"));
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     eqx_quant::GroupedDbiasAttrs, xla::ffi::StructMember<int64_t>("n_batch"),
@@ -131,6 +155,18 @@ auto BindGroupedNvfp4QuantizeOperands(Binding binding) {
       .template Ret<xla::ffi::AnyBuffer>()  // col
       .template Ret<xla::ffi::AnyBuffer>()  // col_scale
       .template Attrs<GroupedNvfp4QuantizeAttrs>();
+}
+
+template <typename Binding>
+auto BindGroupedFp8BlockQuantizeOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<xla::ffi::AnyBuffer>()  // x
+      .template Arg<xla::ffi::AnyBuffer>()  // group_sizes
+      .template Ret<xla::ffi::AnyBuffer>()  // row
+      .template Ret<xla::ffi::AnyBuffer>()  // row_scale
+      .template Ret<xla::ffi::AnyBuffer>()  // col
+      .template Ret<xla::ffi::AnyBuffer>()  // col_scale
+      .template Attrs<GroupedFp8BlockQuantizeAttrs>();
 }
 
 template <typename Binding>

@@ -1,6 +1,7 @@
 // XLA FFI handlers (CPU) of the grouped (MoE) ops:
 // eqx_quant_grouped_fp8_quantize, eqx_quant_grouped_mxfp8_quantize,
-// eqx_quant_grouped_nvfp4_quantize and eqx_quant_grouped_dbias
+// eqx_quant_grouped_nvfp4_quantize, eqx_quant_grouped_fp8_block_quantize and
+// eqx_quant_grouped_dbias
 // (docs/grouped.md): the preamble (grouped/args.h), then the CPU kernels.
 
 #include "common/grouped_problem.h"
@@ -53,6 +54,17 @@ ffi::Error GroupedNvfp4QuantizeCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
       MakeParallelFor(pool), cpu::GroupedNvfp4Quantize);
 }
 
+ffi::Error GroupedFp8BlockQuantizeCpuImpl(
+    ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer group_sizes,
+    ffi::Result<ffi::AnyBuffer> row, ffi::Result<ffi::AnyBuffer> row_scale,
+    ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> col_scale,
+    GroupedFp8BlockQuantizeAttrs attrs) {
+  return RunCpuKernel(
+      PrepareGroupedFp8BlockQuantize(x, group_sizes, *row, *row_scale, *col,
+                                     *col_scale, attrs),
+      MakeParallelFor(pool), cpu::GroupedFp8BlockQuantize);
+}
+
 ffi::Error GroupedDbiasCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
                                ffi::AnyBuffer group_sizes,
                                ffi::Result<ffi::AnyBuffer> dbias,
@@ -76,6 +88,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedMxfp8QuantizeCpu,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedNvfp4QuantizeCpu,
                               eqx_quant::GroupedNvfp4QuantizeCpuImpl,
                               eqx_quant::BindGroupedNvfp4QuantizeOperands(
+                                  eqx_quant::BindCpuThreadPool()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedFp8BlockQuantizeCpu,
+                              eqx_quant::GroupedFp8BlockQuantizeCpuImpl,
+                              eqx_quant::BindGroupedFp8BlockQuantizeOperands(
                                   eqx_quant::BindCpuThreadPool()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(

@@ -71,15 +71,9 @@ class FP8BlockFormat(AbstractFormat):
 
     def grouped_quantize(self, x2d, group_sizes, quantizer, *, rows_per_unit, impl, key_words,
                          one_group_per_unit=False):
-        """The grouped op runs as XLA (its pure-JAX reference) on every platform: it has no
-        kernel yet, so `impl="ffi"` is refused here rather than failing at lowering."""
+        """The grouped op has a CPU kernel; on CUDA it composes the dense op (docs/grouped.md),
+        and `impl="ffi"` raises when it is lowered there."""
         del key_words, one_group_per_unit  # the scale matrices span the whole tensor
-        if impl == "ffi":
-            raise ValueError(
-                "eqx_quant: grouped quantization with Float8BlockQuantizer has no compiled "
-                "kernel yet (it runs as XLA, the pure-JAX reference, on every platform), so "
-                "impl='ffi' cannot be served; pass impl='auto' or impl='reference'."
-            )
         layout = quantizer.q_layout
         params = GroupedParams(
             kind="fp8_block", q_dtype=quantizer.q_dtype, rows_per_unit=rows_per_unit,

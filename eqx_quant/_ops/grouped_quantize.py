@@ -9,9 +9,10 @@ reference and the kernels.
   rounding, else `(G, 0)` (not read)
 - `eqx_quant_grouped_fp8_block_quantize(x, group_sizes) -> (row, row_scale, col, col_scale)`:
   FP8 data (rowwise `(R, N)`, colwise flat T), float32 scale_inv matrices (1x128 or
-  128x128 blocks from each group's start). No kernel of its own: its implementation moves
-  the groups' rows into a 128-aligned buffer and runs the dense FP8 block quantize op there
-  (its kernels where they are on), so `impl="ffi"` raises
+  128x128 blocks from each group's start). A CPU kernel (each group through the dense
+  kernel); on CUDA its implementation moves the groups' rows into a 128-aligned buffer and
+  runs the dense FP8 block quantize op there (its kernel where it is on), and `impl="ffi"`
+  raises
 - `eqx_quant_grouped_dbias(x, group_sizes) -> dbias` (in x's dtype: the float32 tree sums cast,
   NaN canonical, by the kernel)
 
@@ -359,9 +360,9 @@ def _op(name: str, **kernels) -> Op:
 grouped_fp8_quantize_op = _op("grouped_fp8_quantize")
 grouped_mxfp8_quantize_op = _op("grouped_mxfp8_quantize")
 grouped_nvfp4_quantize_op = _op("grouped_nvfp4_quantize")
-# No kernel of its own: its reference composes the dense op's (`_dense_fp8_block`), whose
-# kernels run where they are on; impl="ffi" raises.
+# A CPU kernel; elsewhere its reference composes the dense op's (`_dense_fp8_block`), whose
+# kernel runs where it is on, and impl="ffi" raises.
 grouped_fp8_block_quantize_op = _op(
-    "grouped_fp8_block_quantize", kernel_platforms=(), ffi_off_kernel_platforms="error"
+    "grouped_fp8_block_quantize", kernel_platforms=("cpu",), ffi_off_kernel_platforms="error"
 )
 grouped_dbias_op = _op("grouped_dbias")

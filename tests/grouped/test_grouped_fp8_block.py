@@ -192,18 +192,56 @@ def test_dbias_is_the_canonical_grouped_dbias():
 
 
 def test_bad_input():
-    """impl='ffi' has no kernel to reach (the grouped op runs as XLA); bad sizes are refused
-    as for every format."""
+    """Bad sizes are refused as for every format; impl='ffi' is refused where no kernel serves
+    (CUDA, checked on the lowering, which needs no GPU), never a silent fallback."""
     x = jnp.asarray(random_input((256, 128), jnp.float32, seed=7))
     sizes = jnp.asarray([100, 156], jnp.int32)
     q = eqq.Float8BlockQuantizer()
-    with pytest.raises(ValueError, match=r"Float8BlockQuantizer has no compiled kernel yet "
-                                         r"\(it runs as XLA.*pass impl='auto' or "
-                                         r"impl='reference'"):
-        eqq.grouped_quantize(x, sizes, q, impl="ffi")
     with pytest.raises(ValueError, match=r"group_sizes must be non-negative and sum to "
                                          r"x.shape\[0\] = 256, got \[100, 100\]"):
         eqq.grouped_quantize(x, jnp.asarray([100, 100], jnp.int32), q)
+    f = jax.jit(lambda x, s: eqq.grouped_quantize(x, s, q, impl="ffi", check=False))
+    with pytest.raises(RuntimeError, match=r"impl='ffi' was requested for "
+                                           r"'grouped_fp8_block_quantize' on cuda, where it "
+                                           r"has no compiled kernel yet"):
+        f.trace(x, sizes).lower(lowering_platforms=("cuda",))
+
+
+KERNEL_CASES = [  # (block, x dtype, q_dtype, power_2_scales, amax_epsilon, sizes, rows)
+    ("1x128", jnp.bfloat16, E4M3, False, 0.0, SIZES, M),
+    ("128x128", jnp.float16, E5M2, True, 0.0, SIZES, M),
+    ("1x128", jnp.float32, E4M3, True, 1e-3, (400, 0, 0), M),  # one group: the dense op
+    ("128x128", jnp.float32, E4M3, False, 2.5, (3, 500, 2), M),  # clamped past R
+    ("1x128", jnp.bfloat16, E5M2, False, 0.0, (0, 0), M),  # no rows in any group
+    ("128x128", jnp.bfloat16, E4M3, False, 0.0, (0, 0, 0), 0),  # no rows at all
+]
+
+
+@pytest.mark.parametrize("block,dtype,q_dtype,power_2,eps,sizes,rows", KERNEL_CASES)
+def test_cpu_kernel_is_bit_exact_with_the_reference(block, dtype, q_dtype, power_2, eps, sizes,
+                                                    rows):
+    """The CPU kernel (impl='ffi') against the pure-JAX composition (impl='reference'): every
+    buffer, each layout alone and both, eager and under vmap (the kernel's batch dim)."""
+    x = jnp.asarray(_special_input(dtype)[:rows])
+    gs = jnp.asarray(sizes, jnp.int32)
+    what = f"{block} {jnp.dtype(dtype).name} {jnp.dtype(q_dtype).name} sizes={sizes} R={rows}"
+    for layout in eqq.QuantizeLayout.ROWWISE, eqq.QuantizeLayout.COLWISE, \
+            eqq.QuantizeLayout.ROWWISE_COLWISE:
+        q = eqq.Float8BlockQuantizer(q_dtype, block, power_2, eps, q_layout=layout)
+        run = {impl: jax.jit(lambda x, s, impl=impl: eqq.grouped_quantize(
+            x, s, q, impl=impl, check=False)) for impl in ("ffi", "reference")}
+        _same(run["ffi"](x, gs), run["reference"](x, gs), f"{what} {layout}")
+        hlo = {impl: f.lower(x, gs).as_text() for impl, f in run.items()}
+        assert "eqx_quant_grouped_fp8_block_quantize_cpu" in hlo["ffi"]
+        assert "eqx_quant_grouped_fp8_block_quantize_cpu" not in hlo["reference"]
+    if rows == 0:
+        return
+    xs = jnp.stack([x, x[::-1] * 3])
+    per = jnp.stack([gs, jnp.roll(gs, 1)])
+    q = eqq.Float8BlockQuantizer(q_dtype, block, power_2, eps)
+    batched = {impl: jax.jit(jax.vmap(lambda x, s, impl=impl: eqq.grouped_quantize(
+        x, s, q, impl=impl, check=False)))(xs, per) for impl in ("ffi", "reference")}
+    _same(batched["ffi"], batched["reference"], f"{what} vmap")
 
 
 # ---- transforms ------------------------------------------------------------------------------
@@ -231,7 +269,7 @@ def test_jit_vmap_and_scan_equal_the_eager_call(block, transform):
     xs = jnp.stack([x, _t_inputs(1)[0], _t_inputs(2)[0]])
     per = jnp.asarray([T_SIZES, T_SIZES[::-1], (320, 0, 0, 0, 0)], jnp.int32)
     eager = [eqq.grouped_quantize(xs[i], per[i], q) for i in range(3)]
-    if transform == "vmap":  # impl="reference" names the implementation "auto" runs
+    if transform == "vmap":  # the pure-JAX composition equals the kernel "auto" runs
         jitted = jax.jit(lambda x, s: eqq.grouped_quantize(x, s, q, impl="reference"))
         _same(jitted(x, sizes), eager[0], "jit")
         batched = jax.jit(jax.vmap(lambda x, s: eqq.grouped_quantize(x, s, q)))(xs, per)
