@@ -267,10 +267,11 @@ class GroupedScaledTensor1x(AbstractScaledTensor):
         if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g < groups:
             raise ValueError(f"{fn}: g must be an int in [0, {groups}), got {g!r}.")
         start, count, n = int(starts[g]), int(counts[g]), layout.cols
-        if layout.data_layout == "N":
-            data = self.data.reshape(layout.rows, n)[start : start + count]
-        else:
-            data = self.data.reshape(-1)[start * n : (start + count) * n].reshape(n, count)
+        # The T layout's group g spans the flat elements [start n, (start + count) n): the rows
+        # [start, start + count) of the (R, N) view, sliced there so that no index passes int32.
+        data = self.data.reshape(layout.rows, n)[start : start + count]
+        if layout.data_layout != "N":
+            data = data.reshape(n, count)
         return ScaledTensor1x(
             data=data,
             scale_inv=self._group_scales(g, starts, counts),

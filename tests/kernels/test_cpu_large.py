@@ -60,3 +60,11 @@ def test_nvfp4_rowwise(x):
 
 def test_grouped_mxfp8_offsets_past_2_31(x):
     large.check_grouped_mxfp8_offsets_past_2_31(x, CASE)
+
+
+def test_fp8_block_rowwise_and_colwise(x):
+    large.check_fp8_block_rowwise_and_colwise(x, CASE)
+
+
+def test_grouped_fp8_block_offsets_past_2_31(x):
+    large.check_grouped_fp8_block_offsets_past_2_31(x, CASE)

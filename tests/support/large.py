@@ -142,3 +142,45 @@ def check_grouped_mxfp8_offsets_past_2_31(x, case: LargeCase):
         ref = _reference(_rows(x, [row]), q)
         assert_same_bytes(_rows(gt.rowwise.data, [row]), np.asarray(ref.rowwise.data),
                           f"grouped row {row}")
+
+
+def check_fp8_block_rowwise_and_colwise(x, case: LargeCase):
+    """1x128 blocks: sampled rows, and whole 128-row colwise blocks (one reaching past 2^31
+    elements) of the transposed copy."""
+    sample = list(case.sample)
+    q = eqq.Float8BlockQuantizer()
+    t = jax.jit(lambda x: eqq.quantize(x, q, impl="ffi"))(x)
+    ref = _reference(_rows(x, sample), q)
+    assert_same_bytes(_rows(t.rowwise.data, sample), np.asarray(ref.rowwise.data), "rows")
+    assert_same_bytes(_rows(t.rowwise.scale_inv, sample), np.asarray(ref.rowwise.scale_inv),
+                      "row scales")
+    for start in (0, (case.rows - 1) // 128 * 128 - 128, (case.rows - 1) // 128 * 128):
+        block = list(range(start, min(start + 128, case.rows)))
+        ref = _reference(_rows(x, block), q)
+        got = jax.device_get(t.colwise.data[:, start : start + len(block)])
+        assert_same_bytes(np.asarray(got), np.asarray(ref.colwise.data), f"colwise {start}")
+        got_scale = jax.device_get(t.colwise.scale_inv[:, start // 128])
+        assert_same_bytes(np.asarray(got_scale), np.asarray(ref.colwise.scale_inv[:, 0]),
+                          f"colwise scales {start}")
+
+
+def check_grouped_fp8_block_offsets_past_2_31(x, case: LargeCase):
+    """Grouped 1x128: the last group's rows, transposed copy and scale columns, all past 2^31
+    elements, against the dense reference on its rows."""
+    sizes = jnp.asarray(case.group_sizes, jnp.int32)
+    q = eqq.Float8BlockQuantizer()
+    gt = jax.jit(lambda x, s: eqq.grouped_quantize(x, s, q, impl="ffi"))(x, sizes)
+    g = len(case.group_sizes) - 1
+    start = case.rows - case.group_sizes[-1]
+    block = list(range(start, case.rows))
+    ref = _reference(_rows(x, block), q)
+    assert_same_bytes(_rows(gt.rowwise.data, block), np.asarray(ref.rowwise.data), "rows")
+    assert_same_bytes(_rows(gt.rowwise.scale_inv, block), np.asarray(ref.rowwise.scale_inv),
+                      "row scales")
+    # The flat transposed copy's elements from start * N on, as rows of the (R, N) view (a
+    # flat slice would need an index past int32).
+    col = jax.device_get(gt.colwise.data.reshape(case.rows, case.cols)[start:])
+    assert_same_bytes(np.asarray(col).reshape(-1), np.asarray(ref.colwise.data).reshape(-1),
+                      "colwise")
+    assert_same_bytes(np.asarray(jax.device_get(gt.colwise.scale_inv_for_group(g))),
+                      np.asarray(ref.colwise.scale_inv), "colwise scales")
