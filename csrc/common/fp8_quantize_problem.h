@@ -22,6 +22,11 @@ inline constexpr int64_t kMaxDbiasSplit = 64;
 // Element type of the high-precision input.
 enum class InputType { kF32, kF16, kBF16 };
 
+// Bytes per element of an input type.
+inline constexpr int64_t InputTypeBytes(InputType type) {
+  return type == InputType::kF32 ? 4 : 2;
+}
+
 struct Fp8QuantizeProblem {
   InputType input_type = InputType::kF32;
   Fp8Format format = Fp8Format::kE4M3Fn;

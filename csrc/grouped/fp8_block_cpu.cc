@@ -22,8 +22,6 @@
 namespace eqx_quant::cpu {
 namespace {
 
-int64_t InputBytes(InputType type) { return type == InputType::kF32 ? 4 : 2; }
-
 // The scale_inv the dense op gives an all-zero 1x128 block (the rows of no
 // group): 1 / the scale of an amax of 0 floored at epsilon.
 float ZeroBlockScaleInv(const GroupedFp8BlockQuantizeProblem& p) {
@@ -43,7 +41,7 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
   const int64_t w = p.units;
   const int64_t elements = v.rows * v.cols;
   const auto* x = static_cast<const uint8_t*>(buf.x) +
-                  b * elements * InputBytes(v.input_type);
+                  b * elements * InputTypeBytes(v.input_type);
   uint8_t* row = p.rowwise ? buf.row + b * elements : nullptr;
   uint8_t* col = p.colwise ? buf.col + b * elements : nullptr;
   const int64_t row_scale_rows = p.use_2d ? w : v.rows;
@@ -90,7 +88,7 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
     const int64_t units = Fp8Blocks(rows);  // k_g
     dense.rows = rows;
     Fp8BlockQuantizeBuffers sub;
-    sub.x = x + first * InputBytes(v.input_type);
+    sub.x = x + first * InputTypeBytes(v.input_type);
     if (row != nullptr) {
       sub.row = row + first;
       sub.row_scale =

@@ -24,10 +24,6 @@ namespace {
 using grouped::ScalePart;
 using grouped::ScaleRegion;
 
-int64_t InputBytes(InputType type) {
-  return type == InputType::kF32 ? 4 : 2;
-}
-
 // Zeroes the elements index .. index + count - 1 of a packed F4E2M1FN buffer
 // (element e is nibble e % 2, 0 = low, of base[e / 2]); a byte shared with an
 // element outside the run keeps that element's nibble.
@@ -128,7 +124,7 @@ void QuantizeFp8(const GroupedFp8QuantizeProblem& problem,
                  const ParallelFor& parallel) {
   const GroupedView& view = problem.view;
   const int64_t elements = view.elements();
-  const int64_t x_bytes = InputBytes(view.input_type);
+  const int64_t x_bytes = InputTypeBytes(view.input_type);
   ExampleGroups groups(view);
 
   Fp8QuantizeProblem dense;
@@ -187,7 +183,7 @@ BlockExample StartBlockExample(const Problem& problem, const Buffers& buffers,
   const int64_t data_offset = kPackedCodes ? 0 : b * elements;
   BlockExample example;
   example.x = static_cast<const uint8_t*>(buffers.x) +
-              b * elements * InputBytes(view.input_type);
+              b * elements * InputTypeBytes(view.input_type);
   example.row = problem.rowwise ? buffers.row + data_offset : nullptr;
   example.col = problem.colwise ? buffers.col + data_offset : nullptr;
   example.code_first = kPackedCodes ? b * elements : 0;
@@ -219,7 +215,7 @@ void QuantizeMxfp8(const GroupedMxfp8QuantizeProblem& problem,
                    const GroupedMxfp8QuantizeBuffers& buffers,
                    const ParallelFor& parallel) {
   const GroupedView& view = problem.view;
-  const int64_t x_bytes = InputBytes(view.input_type);
+  const int64_t x_bytes = InputTypeBytes(view.input_type);
   const int64_t row_blocks = Mxfp8Blocks(view.cols);
   ExampleGroups groups(view);
   ScaleRegions row_regions(ScalePart::kRowwise, view.groups, view.cols,
@@ -283,7 +279,7 @@ void QuantizeNvfp4(const GroupedNvfp4QuantizeProblem& problem,
                    const ParallelFor& parallel) {
   constexpr int64_t kBlock = grouped::kNvfp4Block;
   const GroupedView& view = problem.view;
-  const int64_t x_bytes = InputBytes(view.input_type);
+  const int64_t x_bytes = InputTypeBytes(view.input_type);
   const int64_t row_blocks = grouped::CeilDiv(view.cols, kBlock);
   ExampleGroups groups(view);
   ScaleRegions row_regions(ScalePart::kRowwise, view.groups, view.cols, kBlock,
