@@ -166,21 +166,27 @@ def check_fp8_block_rowwise_and_colwise(x, case: LargeCase):
 
 def check_grouped_fp8_block_offsets_past_2_31(x, case: LargeCase):
     """Grouped 1x128: the last group's rows, transposed copy and scale columns, all past 2^31
-    elements, against the dense reference on its rows."""
+    elements, against the dense reference on its rows, in the first and the last 128-column
+    block (a block's bytes depend on its own columns only)."""
     sizes = jnp.asarray(case.group_sizes, jnp.int32)
     q = eqq.Float8BlockQuantizer()
     gt = jax.jit(lambda x, s: eqq.grouped_quantize(x, s, q, impl="ffi"))(x, sizes)
     g = len(case.group_sizes) - 1
-    start = case.rows - case.group_sizes[-1]
+    count = case.group_sizes[-1]
+    start = case.rows - count
+    last = (case.cols - 1) // 128 * 128
+    cols = np.r_[0:128, last : case.cols]
     block = list(range(start, case.rows))
-    ref = _reference(_rows(x, block), q)
-    assert_same_bytes(_rows(gt.rowwise.data, block), np.asarray(ref.rowwise.data), "rows")
-    assert_same_bytes(_rows(gt.rowwise.scale_inv, block), np.asarray(ref.rowwise.scale_inv),
-                      "row scales")
-    # The flat transposed copy's elements from start * N on, as rows of the (R, N) view (a
-    # flat slice would need an index past int32).
-    col = jax.device_get(gt.colwise.data.reshape(case.rows, case.cols)[start:])
-    assert_same_bytes(np.asarray(col).reshape(-1), np.asarray(ref.colwise.data).reshape(-1),
-                      "colwise")
-    assert_same_bytes(np.asarray(jax.device_get(gt.colwise.scale_inv_for_group(g))),
+    ref = _reference(_rows(x, block)[:, cols], q)
+    assert_same_bytes(_rows(gt.rowwise.data, block)[:, cols], np.asarray(ref.rowwise.data),
+                      "rows")
+    assert_same_bytes(_rows(gt.rowwise.scale_inv, block)[:, [0, last // 128]],
+                      np.asarray(ref.rowwise.scale_inv), "row scales")
+    # Group g's (N, count) transposed copy starts at start * N: the rows [start, R) of the
+    # (R, N) view (a flat slice would need an index past int32).
+    col = gt.colwise.data.reshape(case.rows, case.cols)[start:].reshape(case.cols, count)
+    assert_same_bytes(np.asarray(jax.device_get(col[jnp.asarray(cols)])),
+                      np.asarray(ref.colwise.data), "colwise")
+    scales = gt.colwise.scale_inv_for_group(g)
+    assert_same_bytes(np.asarray(jax.device_get(scales[jnp.asarray(cols)])),
                       np.asarray(ref.colwise.scale_inv), "colwise scales")
