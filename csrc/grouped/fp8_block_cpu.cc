@@ -80,6 +80,16 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
   dense.power_2_scales = p.power_2_scales;
   dense.amax_epsilon = p.amax_epsilon;
   dense.input_max = p.input_max;
+  if (!p.colwise && !p.use_2d) {
+    // 1x128 rowwise blocks lie in one row: the groups' rows are one dense view.
+    dense.rows = end;
+    Fp8BlockQuantizeBuffers all;
+    all.x = x;
+    all.row = row;
+    all.row_scale = row_scale;
+    Fp8BlockQuantize(dense, all, parallel);
+    return;
+  }
   int64_t first_unit = 0;  // u_g
   for (int64_t g = 0; g < v.groups; ++g) {
     const int64_t rows = starts[g + 1] - starts[g];
