@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "common/fp8_block_problem.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"  // InputType
 
@@ -114,14 +115,10 @@ struct GroupedNvfp4QuantizeBuffers {
 // group are 0 (never a scale_inv).
 struct GroupedFp8BlockQuantizeProblem {
   GroupedView view;
-  Fp8Format format = Fp8Format::kE4M3Fn;
-  bool rowwise = false;
-  bool colwise = false;
-  bool use_2d = false;          // 128x128 tiles, else 1x128 blocks
-  bool power_2_scales = false;  // clear each scale's mantissa bits
-  float amax_epsilon = 0.0f;    // a floor for each block's amax
-  float input_max = 0.0f;       // x's dtype's largest finite value
-  int64_t units = 0;            // W
+  // The settings of every group's dense quantize (format, parts, 1D / 2D,
+  // scale rules); its batch, rows and cols are set per group by the kernel.
+  Fp8BlockQuantizeProblem block;
+  int64_t units = 0;  // W
 };
 
 struct GroupedFp8BlockQuantizeBuffers {

@@ -21,6 +21,15 @@ const OperandErrors kErrors("eqx_quant_fp8_block_quantize");
 
 }  // namespace
 
+std::optional<ffi::Error> CheckAmaxEpsilon(const OperandErrors& errors,
+                                           float amax_epsilon) {
+  if (amax_epsilon >= 0.0f && FloatToBits(amax_epsilon) < 0x7F800000u) {
+    return std::nullopt;
+  }
+  return errors.Fail("amax_epsilon=" + std::to_string(amax_epsilon) +
+                     " but expected a finite value >= 0");
+}
+
 ffi::ErrorOr<Fp8BlockQuantizeCall> PrepareFp8BlockQuantize(
     const ffi::AnyBuffer& x, const ffi::AnyBuffer& row,
     const ffi::AnyBuffer& row_scale, const ffi::AnyBuffer& col,
@@ -48,11 +57,7 @@ ffi::ErrorOr<Fp8BlockQuantizeCall> PrepareFp8BlockQuantize(
   if (!attrs.rowwise && !attrs.colwise) {
     return kErrors.Fail("rowwise and colwise are both false; at least one is required");
   }
-  if (!(attrs.amax_epsilon >= 0.0f) ||
-      FloatToBits(attrs.amax_epsilon) >= 0x7F800000u) {
-    return kErrors.Fail("amax_epsilon=" + std::to_string(attrs.amax_epsilon) +
-                        " but expected a finite value >= 0");
-  }
+  if (auto e = CheckAmaxEpsilon(kErrors, attrs.amax_epsilon)) return *e;
 
   const std::vector<int64_t> batch(dims.begin(), dims.begin() + nb);
   const std::vector<int64_t> before(dims.begin() + nb, dims.begin() + nb + fa);

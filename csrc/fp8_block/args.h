@@ -17,9 +17,11 @@
 #define EQX_QUANT_CSRC_FP8_BLOCK_ARGS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "common/fp8_block_problem.h"
 #include "ffi/handler_preamble.h"
+#include "ffi/operand_text.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace eqx_quant {
@@ -42,6 +44,11 @@ using Fp8BlockQuantizeCall =
 // The call, or an InvalidArgument error whose message starts with
 // "eqx_quant_fp8_block_quantize: " and names the operand or attribute with
 // its expected and actual value.
+// The amax_epsilon attribute's check, shared with the grouped op
+// (grouped/args.cc): an error unless it is finite and >= 0.
+std::optional<xla::ffi::Error> CheckAmaxEpsilon(const OperandErrors& errors,
+                                                float amax_epsilon);
+
 xla::ffi::ErrorOr<Fp8BlockQuantizeCall> PrepareFp8BlockQuantize(
     const xla::ffi::AnyBuffer& x, const xla::ffi::AnyBuffer& row,
     const xla::ffi::AnyBuffer& row_scale, const xla::ffi::AnyBuffer& col,

@@ -14,6 +14,7 @@
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
 #include "ffi/handler_preamble.h"
+#include "fp8_block/args.h"
 #include "ffi/operand_text.h"
 #include "ffi/operand_types.h"
 #include "xla/ffi/api/ffi.h"
@@ -359,11 +360,7 @@ CheckGroupedFp8BlockQuantizeOperands(const ffi::AnyBuffer& x,
                                      const GroupedFp8BlockQuantizeAttrs& attrs) {
   const Checker check("eqx_quant_grouped_fp8_block_quantize");
   if (auto error = CheckSomePart(check, attrs)) return *error;
-  if (!(attrs.amax_epsilon >= 0.0f) ||
-      FloatToBits(attrs.amax_epsilon) >= 0x7F800000u) {
-    return check.Fail("amax_epsilon=" + std::to_string(attrs.amax_epsilon) +
-                      " but expected a finite value >= 0");
-  }
+  if (auto error = CheckAmaxEpsilon(check, attrs.amax_epsilon)) return *error;
   ffi::ErrorOr<ViewAndBatch> vb =
       CheckView(check, x, group_sizes, attrs.n_batch, attrs.rows_per_unit);
   if (!vb.has_value()) return vb.error();
@@ -410,13 +407,15 @@ CheckGroupedFp8BlockQuantizeOperands(const ffi::AnyBuffer& x,
   }
   GroupedFp8BlockQuantizeProblem problem;
   problem.view = v;
-  problem.format = *format;
-  problem.rowwise = attrs.rowwise;
-  problem.colwise = attrs.colwise;
-  problem.use_2d = attrs.use_2d;
-  problem.power_2_scales = attrs.power_2_scales;
-  problem.amax_epsilon = attrs.amax_epsilon;
-  problem.input_max = Fp8BlockInputMax(v.input_type);
+  Fp8BlockQuantizeProblem& block = problem.block;
+  block.input_type = v.input_type;
+  block.format = *format;
+  block.rowwise = attrs.rowwise;
+  block.colwise = attrs.colwise;
+  block.use_2d = attrs.use_2d;
+  block.power_2_scales = attrs.power_2_scales;
+  block.amax_epsilon = attrs.amax_epsilon;
+  block.input_max = Fp8BlockInputMax(v.input_type);
   problem.units = units;
   return problem;
 }
@@ -526,10 +525,10 @@ PrepareGroupedFp8BlockQuantize(const ffi::AnyBuffer& x,
   GroupedFp8BlockQuantizeBuffers buffers;
   buffers.x = x.untyped_data();
   buffers.group_sizes = Data<const int32_t>(group_sizes);
-  buffers.row = DataIf<uint8_t>(problem->rowwise, row);
-  buffers.row_scale = DataIf<float>(problem->rowwise, row_scale);
-  buffers.col = DataIf<uint8_t>(problem->colwise, col);
-  buffers.col_scale = DataIf<float>(problem->colwise, col_scale);
+  buffers.row = DataIf<uint8_t>(problem->block.rowwise, row);
+  buffers.row_scale = DataIf<float>(problem->block.rowwise, row_scale);
+  buffers.col = DataIf<uint8_t>(problem->block.colwise, col);
+  buffers.col_scale = DataIf<float>(problem->block.colwise, col_scale);
   return PreparedCall<GroupedFp8BlockQuantizeProblem,
                       GroupedFp8BlockQuantizeBuffers>{*problem, buffers};
 }

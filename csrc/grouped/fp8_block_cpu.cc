@@ -24,9 +24,9 @@ namespace {
 
 // The scale_inv the dense op gives an all-zero 1x128 block (the rows of no
 // group): 1 / the scale of an amax of 0 floored at epsilon.
-float ZeroBlockScaleInv(const GroupedFp8BlockQuantizeProblem& p) {
-  return 1.0f / Fp8BlockScale(0.0f, Fp8MaxFinite(p.format), p.input_max,
-                              p.power_2_scales, p.amax_epsilon);
+float ZeroBlockScaleInv(const Fp8BlockQuantizeProblem& s) {
+  return 1.0f / Fp8BlockScale(0.0f, Fp8MaxFinite(s.format), s.input_max,
+                              s.power_2_scales, s.amax_epsilon);
 }
 
 // One example: zero or fill what no group writes, then each group through
@@ -37,19 +37,20 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
                      std::vector<float>& col_scale_buffer,
                      const ParallelFor& parallel) {
   const GroupedView& v = p.view;
+  const Fp8BlockQuantizeProblem& s = p.block;
   const int64_t nb = Fp8Blocks(v.cols);
   const int64_t w = p.units;
   const int64_t elements = v.rows * v.cols;
   const auto* x = static_cast<const uint8_t*>(buf.x) +
                   b * elements * InputTypeBytes(v.input_type);
-  uint8_t* row = p.rowwise ? buf.row + b * elements : nullptr;
-  uint8_t* col = p.colwise ? buf.col + b * elements : nullptr;
-  const int64_t row_scale_rows = p.use_2d ? w : v.rows;
-  const int64_t col_scale_rows = p.use_2d ? nb : v.cols;
+  uint8_t* row = s.rowwise ? buf.row + b * elements : nullptr;
+  uint8_t* col = s.colwise ? buf.col + b * elements : nullptr;
+  const int64_t row_scale_rows = s.use_2d ? w : v.rows;
+  const int64_t col_scale_rows = s.use_2d ? nb : v.cols;
   float* row_scale =
-      p.rowwise ? buf.row_scale + b * row_scale_rows * nb : nullptr;
+      s.rowwise ? buf.row_scale + b * row_scale_rows * nb : nullptr;
   float* col_scale =
-      p.colwise ? buf.col_scale + b * col_scale_rows * w : nullptr;
+      s.colwise ? buf.col_scale + b * col_scale_rows * w : nullptr;
 
   grouped::GroupStarts(buf.group_sizes + b * v.groups, v.groups,
                        v.rows_per_unit, v.rows, starts.data());
@@ -57,11 +58,11 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
   const int64_t tail = (v.rows - end) * v.cols;
   if (row != nullptr) {
     std::memset(row + end * v.cols, 0, static_cast<size_t>(tail));
-    if (p.use_2d) {
+    if (s.use_2d) {
       std::fill(row_scale, row_scale + w * nb, 0.0f);
     } else {
       std::fill(row_scale + end * nb, row_scale + v.rows * nb,
-                ZeroBlockScaleInv(p));
+                ZeroBlockScaleInv(s));
     }
   }
   if (col != nullptr) {
@@ -69,18 +70,10 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
     std::fill(col_scale, col_scale + col_scale_rows * w, 0.0f);
   }
 
-  Fp8BlockQuantizeProblem dense;
-  dense.input_type = v.input_type;
-  dense.format = p.format;
+  Fp8BlockQuantizeProblem dense = s;
   dense.batch = 1;
   dense.cols = v.cols;
-  dense.rowwise = p.rowwise;
-  dense.colwise = p.colwise;
-  dense.use_2d = p.use_2d;
-  dense.power_2_scales = p.power_2_scales;
-  dense.amax_epsilon = p.amax_epsilon;
-  dense.input_max = p.input_max;
-  if (!p.colwise && !p.use_2d) {
+  if (!s.colwise && !s.use_2d) {
     // 1x128 rowwise blocks lie in one row: the groups' rows are one dense view.
     dense.rows = end;
     Fp8BlockQuantizeBuffers all;
@@ -102,7 +95,7 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
     if (row != nullptr) {
       sub.row = row + first;
       sub.row_scale =
-          row_scale + (p.use_2d ? first_unit : starts[g]) * nb;
+          row_scale + (s.use_2d ? first_unit : starts[g]) * nb;
     }
     if (col != nullptr) {
       col_scale_buffer.resize(static_cast<size_t>(col_scale_rows * units));

@@ -10,9 +10,9 @@ its own amax (a segment max); its colwise codes are left in the group-padded row
 per-group transpose of the op would add one more gather, so XLA's figure is a lower bound).
 The `_sr_` ops add stochastic rounding (how NVFP4 recipes quantize the gradients of an MoE
 layer): ours with `key` (Threefry bits per group), XLA's by uniform noise before the cast.
-The `fp8_block` ops (1x128 blocks from each group's first row) have no kernel of their own
-(ours runs the dense FP8 block op on a group-aligned buffer), and the comparison is the dense
-op on the same matrix (groups ignored), so the ratio is the price of the groups.
+The `fp8_block` ops (1x128 blocks from each group's first row) compare ours (a CPU kernel; on
+CUDA the dense FP8 block op on a group-aligned buffer) with the dense op on the same matrix
+(groups ignored), so the ratio is the price of the groups.
 """
 
 from collections.abc import Callable
