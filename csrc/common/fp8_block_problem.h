@@ -80,6 +80,13 @@ EQX_QUANT_HOST_DEVICE inline float Fp8BlockScale(float amax, float fp8_max,
   return scale;
 }
 
+// The scale_inv the problem's settings give an all-zero block (a grouped
+// op's rows of no group): 1 / the scale of an amax of 0 floored at epsilon.
+inline float Fp8BlockZeroScaleInv(const Fp8BlockQuantizeProblem& p) {
+  return 1.0f / Fp8BlockScale(0.0f, Fp8MaxFinite(p.format), p.input_max,
+                              p.power_2_scales, p.amax_epsilon);
+}
+
 }  // namespace eqx_quant
 
 #endif  // EQX_QUANT_CSRC_COMMON_FP8_BLOCK_PROBLEM_H_

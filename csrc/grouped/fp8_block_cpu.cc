@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common/fp8_block_problem.h"
-#include "common/fp8_format.h"
 #include "common/grouped_layout.h"
 #include "common/grouped_problem.h"
 #include "common/parallel_for.h"
@@ -21,13 +20,6 @@
 
 namespace eqx_quant::cpu {
 namespace {
-
-// The scale_inv the dense op gives an all-zero 1x128 block (the rows of no
-// group): 1 / the scale of an amax of 0 floored at epsilon.
-float ZeroBlockScaleInv(const Fp8BlockQuantizeProblem& s) {
-  return 1.0f / Fp8BlockScale(0.0f, Fp8MaxFinite(s.format), s.input_max,
-                              s.power_2_scales, s.amax_epsilon);
-}
 
 // One example: zero or fill what no group writes, then each group through
 // the dense kernel.
@@ -62,7 +54,7 @@ void QuantizeExample(const GroupedFp8BlockQuantizeProblem& p,
       std::fill(row_scale, row_scale + w * nb, 0.0f);
     } else {
       std::fill(row_scale + end * nb, row_scale + v.rows * nb,
-                ZeroBlockScaleInv(s));
+                Fp8BlockZeroScaleInv(s));
     }
   }
   if (col != nullptr) {
