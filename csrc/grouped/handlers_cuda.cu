@@ -1,7 +1,7 @@
 // XLA FFI handlers (CUDA) of the grouped (MoE) ops:
 // eqx_quant_grouped_fp8_quantize, eqx_quant_grouped_mxfp8_quantize,
-// eqx_quant_grouped_nvfp4_quantize and eqx_quant_grouped_dbias
-// (docs/grouped.md): the preamble exactly as on CPU (grouped/args.h), then the
+// eqx_quant_grouped_nvfp4_quantize, eqx_quant_grouped_fp8_block_quantize and
+// eqx_quant_grouped_dbias (docs/grouped.md): the preamble exactly as on CPU (grouped/args.h), then the
 // CUDA kernels (grouped/quantize_cuda.h) enqueued on XLA's stream. Nothing is
 // allocated and nothing synchronises, so the handlers can be captured into a
 // CUDA graph (kCmdBufferCompatible).
@@ -66,6 +66,18 @@ ffi::Error GroupedNvfp4QuantizeCudaImpl(
       ToError("eqx_quant_grouped_nvfp4_quantize_cuda"));
 }
 
+ffi::Error GroupedFp8BlockQuantizeCudaImpl(
+    cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer group_sizes,
+    ffi::Result<ffi::AnyBuffer> row, ffi::Result<ffi::AnyBuffer> row_scale,
+    ffi::Result<ffi::AnyBuffer> col, ffi::Result<ffi::AnyBuffer> col_scale,
+    GroupedFp8BlockQuantizeAttrs attrs) {
+  return EnqueueCudaKernel(
+      PrepareGroupedFp8BlockQuantize(x, group_sizes, *row, *row_scale, *col,
+                                     *col_scale, attrs),
+      cuda::GroupedFp8BlockQuantize, stream,
+      ToError("eqx_quant_grouped_fp8_block_quantize_cuda"));
+}
+
 ffi::Error GroupedDbiasCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
                                 ffi::AnyBuffer group_sizes,
                                 ffi::Result<ffi::AnyBuffer> dbias,
@@ -91,6 +103,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     GroupedNvfp4QuantizeCuda, eqx_quant::GroupedNvfp4QuantizeCudaImpl,
     eqx_quant::BindGroupedNvfp4QuantizeOperands(eqx_quant::BindCudaStream()),
+    {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    GroupedFp8BlockQuantizeCuda, eqx_quant::GroupedFp8BlockQuantizeCudaImpl,
+    eqx_quant::BindGroupedFp8BlockQuantizeOperands(eqx_quant::BindCudaStream()),
     {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(

@@ -1,6 +1,7 @@
 // CUDA kernels (sm_90a) of the grouped (MoE) ops of docs/grouped.md:
 // eqx_quant_grouped_fp8_quantize, eqx_quant_grouped_mxfp8_quantize,
-// eqx_quant_grouped_nvfp4_quantize and eqx_quant_grouped_dbias. The semantics
+// eqx_quant_grouped_nvfp4_quantize, eqx_quant_grouped_fp8_block_quantize and
+// eqx_quant_grouped_dbias. The semantics
 // are those of the CPU kernels (grouped/quantize_cpu.h), bit for bit.
 //
 // Each op is one kernel launch (after at most two cudaMemsetAsync zero-fills
@@ -41,6 +42,12 @@ GroupedLaunchStatus GroupedMxfp8Quantize(
 GroupedLaunchStatus GroupedNvfp4Quantize(
     const GroupedNvfp4QuantizeProblem& problem,
     const GroupedNvfp4QuantizeBuffers& buffers, CUstream_st* stream);
+
+// Per group, the dense FP8 block quantize of its rows
+// (grouped/fp8_block_cuda.cu): one launch, no zero-fill.
+GroupedLaunchStatus GroupedFp8BlockQuantize(
+    const GroupedFp8BlockQuantizeProblem& problem,
+    const GroupedFp8BlockQuantizeBuffers& buffers, CUstream_st* stream);
 
 GroupedLaunchStatus GroupedDbias(const GroupedDbiasProblem& problem,
                                  const GroupedDbiasBuffers& buffers,

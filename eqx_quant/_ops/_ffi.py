@@ -23,7 +23,7 @@ KERNEL_OPS = (
     "grouped_fp8_quantize",
     "grouped_mxfp8_quantize",
     "grouped_nvfp4_quantize",
-    "grouped_fp8_block_quantize",  # CPU only
+    "grouped_fp8_block_quantize",
     "grouped_dbias",
     "group_sizes_check",
     "grouped_gemm",  # CUDA only, when built with CUTLASS

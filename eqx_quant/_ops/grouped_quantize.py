@@ -360,8 +360,9 @@ def _op(name: str, **kernels) -> Op:
 grouped_fp8_quantize_op = _op("grouped_fp8_quantize")
 grouped_mxfp8_quantize_op = _op("grouped_mxfp8_quantize")
 grouped_nvfp4_quantize_op = _op("grouped_nvfp4_quantize")
-# A CPU kernel; elsewhere its reference composes the dense op's (`_dense_fp8_block`), whose
-# kernel runs where it is on, and impl="ffi" raises.
+# The CPU kernel; on CUDA its reference composes the dense op's (`_dense_fp8_block`), whose
+# kernel runs where it is on, and impl="ffi" raises: its CUDA kernel is built but not taken
+# until tests/cuda/test_cuda_grouped_fp8_block.py has passed on the H200.
 grouped_fp8_block_quantize_op = _op(
     "grouped_fp8_block_quantize", kernel_platforms=("cpu",), ffi_off_kernel_platforms="error"
 )
