@@ -16,7 +16,8 @@ from tests.support.cuda import CUDA, requires_cuda
 
 pytestmark = requires_cuda("mxfp8_dequantize")
 
-VIEWS = [(256, 512, 1), (3, 100, 7), (1, 33, 1), (8, 64, 96), (16384, 4096, 1)]
+VIEWS = [(256, 512, 1), (3, 100, 7), (1, 33, 1), (8, 64, 96), (16384, 4096, 1), (5, 40, 1),
+         (2, 70, 48), (1, 4096, 2048)]
 
 
 def _operands(view, q_dtype, seed):

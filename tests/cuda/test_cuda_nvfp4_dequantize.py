@@ -15,7 +15,8 @@ from tests.support.cuda import CUDA, requires_cuda
 
 pytestmark = requires_cuda("nvfp4_dequantize")
 
-CASES = [((256, 512), 1), ((6, 100), 3), ((1, 17), 1), ((16384, 4096), 1), ((64, 48), 4)]
+CASES = [((256, 512), 1), ((6, 100), 3), ((1, 17), 1), ((16384, 4096), 1), ((64, 48), 4),
+         ((96, 64), 3), ((40, 32), 2)]
 
 
 def _operands(shape, examples, seed):
