@@ -10,9 +10,10 @@ from tests.support.cuda import CUDA, requires_cuda
 pytestmark = [
     requires_cuda("mxfp8_quantize", "fp8_block_quantize", "grouped_fp8_block_quantize"),
     pytest.mark.skipif(
-    CUDA is not None and CUDA.memory_stats() is not None
-    and CUDA.memory_stats().get("bytes_limit", 0) < 40 * 2**30,
-    reason="needs a CUDA device with 40 GiB")]
+        CUDA is not None and CUDA.memory_stats() is not None
+        and CUDA.memory_stats().get("bytes_limit", 0) < 40 * 2**30,
+        reason="needs a CUDA device with 40 GiB"),
+]
 
 CASE = large.LargeCase(
     rows=65536, cols=40960,
