@@ -120,22 +120,11 @@ Fp8BlockLaunchStatus Fp8BlockQuantize(const Fp8BlockQuantizeProblem& problem,
   const int64_t tiles = problem.batch * rb_count * cb_count;
   if (tiles > 0x7FFFFFFF) return {false, 0, "more than 2^31 - 1 tiles"};
   Params p{};
-  TileParams& tile = p.tile;
-  tile.x = buffers.x;
-  tile.row = buffers.row;
-  tile.row_scale = buffers.row_scale;
-  tile.col = buffers.col;
-  tile.col_scale = buffers.col_scale;
-  tile.cols = problem.cols;
-  tile.cb_count = static_cast<uint32_t>(cb_count);
-  tile.input_max = problem.input_max;
-  tile.amax_epsilon = problem.amax_epsilon;
-  tile.power_2_scales = problem.power_2_scales;
-  tile.use_2d = problem.use_2d;
+  p.tile = fp8_block_tile::MakeTileParams(problem, problem.cols, buffers);
   p.rows = problem.rows;
   p.rb_count = static_cast<uint32_t>(rb_count);
   p.rb_div = MakeMagicDivisor(p.rb_count);
-  p.cb_div = MakeMagicDivisor(tile.cb_count);
+  p.cb_div = MakeMagicDivisor(p.tile.cb_count);
   p.col_store = problem.colwise ? fp8_block_tile::ColStoreBytes(problem.rows, buffers.col) : 1;
   const auto count = static_cast<uint32_t>(tiles);
   switch (problem.input_type) {

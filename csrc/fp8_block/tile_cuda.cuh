@@ -115,6 +115,25 @@ struct TileParams {
   bool use_2d;
 };
 
+// The shared parameters of a launch over the buffers `b` (dense or grouped:
+// the same field names) for the settings `s`, C = `cols`.
+template <typename Buffers>
+TileParams MakeTileParams(const Fp8BlockQuantizeProblem& s, int64_t cols, const Buffers& b) {
+  TileParams p{};
+  p.x = b.x;
+  p.row = b.row;
+  p.row_scale = b.row_scale;
+  p.col = b.col;
+  p.col_scale = b.col_scale;
+  p.cols = cols;
+  p.cb_count = static_cast<uint32_t>(Fp8Blocks(cols));
+  p.input_max = s.input_max;
+  p.amax_epsilon = s.amax_epsilon;
+  p.power_2_scales = s.power_2_scales;
+  p.use_2d = s.use_2d;
+  return p;
+}
+
 // Where one tile lies, as its kernel maps it (dense: an example's tile;
 // grouped: a group's tile, its rows counted from the group's start).
 struct TilePlace {

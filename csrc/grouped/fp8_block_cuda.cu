@@ -208,23 +208,12 @@ GroupedLaunchStatus GroupedFp8BlockQuantize(const GroupedFp8BlockQuantizeProblem
         "the grouped FP8 block CUDA kernel takes at most 2^31 - 1 tiles per example");
   }
   GroupedParams p{};
-  TileParams& tile = p.tile;
-  tile.x = buffers.x;
-  tile.row = buffers.row;
-  tile.row_scale = buffers.row_scale;
-  tile.col = buffers.col;
-  tile.col_scale = buffers.col_scale;
-  tile.cols = v.cols;
-  tile.cb_count = static_cast<uint32_t>(cb_count);
-  tile.input_max = s.input_max;
-  tile.amax_epsilon = s.amax_epsilon;
-  tile.power_2_scales = s.power_2_scales;
-  tile.use_2d = s.use_2d;
+  p.tile = fp8_block_tile::MakeTileParams(s, v.cols, buffers);
   p.group_sizes = buffers.group_sizes;
   p.rs = RowSpec::Make(v.rows, v.rows_per_unit);
   p.groups = v.groups;
   p.units = static_cast<uint32_t>(problem.units);
-  p.cb_div = MakeMagicDivisor(tile.cb_count);
+  p.cb_div = MakeMagicDivisor(p.tile.cb_count);
   p.zero_scale_inv = Fp8BlockZeroScaleInv(s);
   p.wide_tail = v.cols % 16 == 0 && (!s.rowwise || Aligned(buffers.row, 16)) &&
                 (!s.colwise || Aligned(buffers.col, 16));
