@@ -10,18 +10,34 @@
 // (e - bias) << 7, two elements per 32-bit integer operation. An octet with a
 // subnormal, NaN or infinity byte, or a scale outside that range, takes the
 // scalar reference arithmetic.
+//
+// Host code too (no CUDA types outside nvcc): the host test
+// csrc/tests/mx_octet_decode_cuda_test.cc checks both decodes against the
+// scalar arithmetic on every (byte, scale) pair.
 
 #ifndef EQX_QUANT_CSRC_CUDA_MX_OCTET_DECODE_CUH_
 #define EQX_QUANT_CSRC_CUDA_MX_OCTET_DECODE_CUH_
-
-#include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "common/host_device.h"
 #include "common/mx_decode.h"
 
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+#endif
+
 namespace eqx_quant::cuda {
+
+// The 4 words of 2 bfloat16 values each of a decoded octet (element 0 in the
+// low half of x): a uint4 under nvcc, ready for one 16-byte store.
+#if defined(__CUDACC__)
+using OctetWords = uint4;
+#else
+struct OctetWords {
+  uint32_t x, y, z, w;
+};
+#endif
 
 // Bit 7 of each byte of `w` set where the byte is an FP8 subnormal, NaN or
 // infinity (the bytes the fast decode cannot take), the other bits 0. Byte
@@ -66,7 +82,7 @@ EQX_QUANT_HOST_DEVICE inline uint32_t SpreadPair(uint32_t w, bool hi) {
 // E8M0 scale byte `scale`, as 4 words of 2 elements (element 0 in the low
 // half of word 0): ToBf16Bits(Fp8Value(byte) * E8m0Value(scale)) each.
 template <typename Format>
-EQX_QUANT_HOST_DEVICE inline uint4 DecodeOctet(uint32_t lo, uint32_t hi, uint32_t scale) {
+EQX_QUANT_HOST_DEVICE inline OctetWords DecodeOctet(uint32_t lo, uint32_t hi, uint32_t scale) {
   constexpr int kMan = Format::kMantissaBits;
   constexpr uint32_t kBias = Format::kExponentBias;
   // The largest normal exponent field: 15 (e4m3fn, 0x7E) or 30 (e5m2).
@@ -91,7 +107,7 @@ EQX_QUANT_HOST_DEVICE inline uint4 DecodeOctet(uint32_t lo, uint32_t hi, uint32_
       words[w] = a | (b << 16);
     }
   }
-  return make_uint4(words[0], words[1], words[2], words[3]);
+  return OctetWords{words[0], words[1], words[2], words[3]};
 }
 
 // Whether scale byte e keeps (e - bias) + every normal exponent field of
@@ -106,7 +122,7 @@ EQX_QUANT_HOST_DEVICE inline bool ScaleFits(uint32_t e) {
 // As DecodeOctet, with element t's scale in byte t % 4 of scales_lo (t < 4)
 // or scales_hi: blocks across the octet (a colwise part).
 template <typename Format>
-EQX_QUANT_HOST_DEVICE inline uint4 DecodeOctetScales(uint32_t lo, uint32_t hi,
+EQX_QUANT_HOST_DEVICE inline OctetWords DecodeOctetScales(uint32_t lo, uint32_t hi,
                                                      uint32_t scales_lo, uint32_t scales_hi) {
   constexpr int kMan = Format::kMantissaBits;
   constexpr uint32_t kBias = Format::kExponentBias;
@@ -143,7 +159,7 @@ EQX_QUANT_HOST_DEVICE inline uint4 DecodeOctetScales(uint32_t lo, uint32_t hi,
       words[w] = a | (b << 16);
     }
   }
-  return make_uint4(words[0], words[1], words[2], words[3]);
+  return OctetWords{words[0], words[1], words[2], words[3]};
 }
 
 }  // namespace eqx_quant::cuda
