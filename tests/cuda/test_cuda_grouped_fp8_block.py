@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.oracle import grouped as og
 from tests.support.bytes import assert_same_bytes, u8
 from tests.support.cuda import CUDA, requires_cuda
 
@@ -22,16 +23,11 @@ pytestmark = requires_cuda("grouped_fp8_block_quantize")
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
 
 
-def _worst_units(rows, groups):
-    k = min(groups, rows)
-    return 0 if rows <= 0 else k - 1 + -(-(rows - k + 1) // 128)
-
-
 def _call(platform, x, sizes, q_dtype, use_2d, power_2, eps, rowwise, colwise, n_batch=0,
           rows_per_unit=1):
     batch = x.shape[:n_batch]
     r, n = x.shape[n_batch:]
-    w, nb = _worst_units(r, sizes.shape[-1]), -(-n // 128)
+    w, nb = og.worst_case_units(r, sizes.shape[-1], 128), og.cdiv(n, 128)
     q = jnp.dtype(q_dtype)
 
     def part(on, shape, dtype):
