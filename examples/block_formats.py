@@ -15,7 +15,6 @@ one-tensor error measure does not show. Runs on CPU: `python examples/block_form
 
 import os
 
-
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # CPU by default; JAX_PLATFORMS=cuda for a GPU
 
 import jax
@@ -23,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_quant as eqq
-
 
 SHAPE = (2048, 1024)
 COLWISE = eqq.QuantizeLayout.COLWISE

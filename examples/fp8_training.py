@@ -23,7 +23,6 @@ import jax.numpy as jnp
 
 import eqx_quant as eqq
 
-
 D_IN, D_HIDDEN, D_OUT, BATCH = 64, 128, 16, 256
 STEPS, LEARNING_RATE, REPORT_EVERY = 300, 0.1, 50
 

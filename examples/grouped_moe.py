@@ -18,7 +18,6 @@ import numpy as np
 
 import eqx_quant as eqq
 
-
 TOKENS, HIDDEN, EXPERTS = 1024, 256, 8
 
 
@@ -66,7 +65,8 @@ def main():
                 raise SystemExit(f"{name}: expert {g} differs from the dense quantize")
             per_expert.append(sqnr_db(x[rows], y[rows]))
         ref_dbias = jax.ops.segment_sum(
-            x.astype(jnp.float32), jnp.repeat(jnp.arange(EXPERTS), sizes, total_repeat_length=TOKENS)
+            x.astype(jnp.float32),
+            jnp.repeat(jnp.arange(EXPERTS), sizes, total_repeat_length=TOKENS),
         )
         # dbias is rounded once to bfloat16 (8 significant bits), relative to the largest sum.
         err = jnp.abs(dbias.astype(jnp.float32) - ref_dbias)

@@ -13,7 +13,6 @@ E4M3 block scale to nearest, as TE does, so about half of the block maxima land 
 
 import os
 
-
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # CPU by default; JAX_PLATFORMS=cuda for a GPU
 
 import jax
@@ -21,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_quant as eqq
-
 
 SHAPE = (1024, 1024)
 

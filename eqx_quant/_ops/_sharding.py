@@ -41,7 +41,10 @@ def shard_count(mesh, entry) -> int:
 
 def keep_divisible(mesh, shape, spec: list) -> list:
     """Unshard dims whose size the mesh does not divide (padded shards would corrupt amax)."""
-    return [e if e is None or shape[d] % shard_count(mesh, e) == 0 else None for d, e in enumerate(spec)]
+    return [
+        e if e is None or shape[d] % shard_count(mesh, e) == 0 else None
+        for d, e in enumerate(spec)
+    ]
 
 
 def axes_taken_once():

@@ -75,7 +75,9 @@ class GroupedParams:
         if self.kind != "dbias":
             attrs.update(rowwise=bool(self.rowwise), colwise=bool(self.colwise))
         if self.kind == "nvfp4":
-            attrs.update(use_2d=bool(self.use_2d), stochastic_rounding=bool(self.stochastic_rounding))
+            attrs.update(
+                use_2d=bool(self.use_2d), stochastic_rounding=bool(self.stochastic_rounding)
+            )
         if self.kind == "fp8_block":
             attrs.update(use_2d=bool(self.use_2d), power_2_scales=bool(self.power_2_scales),
                          amax_epsilon=np.float32(self.amax_epsilon))
@@ -147,9 +149,13 @@ def _reference_one(params, x, *operands):
         return (cast_canonical(grouped.grouped_dbias(x, *operands, **common), x.dtype),)
     layout = dict(rowwise=params.rowwise, colwise=params.colwise)
     if params.kind == "fp8":
-        return grouped.grouped_fp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
+        return grouped.grouped_fp8_quantize(
+            x, *operands, q_dtype=params.q_dtype, **common, **layout
+        )
     if params.kind == "mxfp8":
-        return grouped.grouped_mxfp8_quantize(x, *operands, q_dtype=params.q_dtype, **common, **layout)
+        return grouped.grouped_mxfp8_quantize(
+            x, *operands, q_dtype=params.q_dtype, **common, **layout
+        )
     if params.kind == "fp8_block":
         return grouped.grouped_fp8_block_quantize(
             x, *operands, q_dtype=params.q_dtype, use_2d=params.use_2d,

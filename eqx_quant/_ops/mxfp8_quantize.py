@@ -13,7 +13,8 @@ takes one tree per example over at most one axis longer than 1 (a (tokens, hidde
 or one whose other reduced axes are 1), and x is read once on the GPU: when K = 32 * 2^j (up
 to MAX_TILE_NODES 32-row blocks) the nodes are its 32-row blocks and the MXFP8 tile kernel
 writes their sums (with both layouts, those of the colwise blocks); otherwise, rowwise only,
-the dbias kernel writes the rowwise blocks. Reduced axes that may run as one (`_mergeable`: e.g. (batch, sequence) with a
+the dbias kernel writes the rowwise blocks. Reduced axes that may run as one (`_mergeable`: e.g.
+(batch, sequence) with a
 power-of-two batch) are merged first. Other trees (a kept axis, or reduced axes that do not
 merge) take the FP8 op's dbias-only form next to this op's kernel.
 """

@@ -33,10 +33,13 @@ def check_inputs(fn: str, x, quantizer, flatten_axis, amax_axes, impl, key=None)
             f"{x.shape}. Cast it first, e.g. x.astype(jnp.bfloat16)."
         )
     if x.ndim == 0:
-        raise ValueError(f"{fn}: x must have at least one dimension, got a scalar. Use x.reshape(1).")
+        raise ValueError(
+            f"{fn}: x must have at least one dimension, got a scalar. Use x.reshape(1)."
+        )
     if not isinstance(quantizer, AbstractQuantizer):
         raise TypeError(
-            f"{fn}: quantizer must be an eqx_quant quantizer (e.g. eqx_quant.CurrentScaleQuantizer()),"
+            f"{fn}: quantizer must be an eqx_quant quantizer"
+            f" (e.g. eqx_quant.CurrentScaleQuantizer()),"
             f" got {type(quantizer).__name__}."
         )
     if not isinstance(flatten_axis, int) or isinstance(flatten_axis, bool):

@@ -50,7 +50,9 @@ def ours(op: str, m: int) -> Callable:
     sizes = jnp.asarray(group_sizes(m))
     if op == "grouped_dbias":
         return lambda x, scale: eqq.grouped_dbias(x, sizes, check=False, impl="ffi")
-    layout = eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
+    layout = (
+        eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
+    )
     if "fp8_block" in op:
         block_q = eqq.Float8BlockQuantizer(q_layout=layout)
         return lambda x, scale: eqq.grouped_quantize(x, sizes, block_q, check=False)

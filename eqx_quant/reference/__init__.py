@@ -1,7 +1,8 @@
 """Pure-JAX reference implementations: the default lowering off CPU/CUDA and the test oracle
 for the kernels. Bit-exact with the kernels on every backend.
 
-Modules: `fp8` (per-tensor FP8), `fp8_block` (FP8 with 1x128 / 128x128 block scales), `mxfp8` and `nvfp4` (the 2-D block arithmetic, swizzle and
+Modules: `fp8` (per-tensor FP8), `fp8_block` (FP8 with 1x128 / 128x128 block scales), `mxfp8` and
+`nvfp4` (the 2-D block arithmetic, swizzle and
 byte views), `blocks_nd` (the block formats on one example of any rank), `grouped` (ragged
 groups), `stochastic_rounding`, `ieee` (IEEE float32 and FP8 conversion on bit patterns) and
 `tree` (the canonical pairwise tree sum)."""

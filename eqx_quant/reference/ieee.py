@@ -95,7 +95,8 @@ def divide(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
 
 
 def multiply(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
-    """Correctly rounded float32 `a * b`, subnormals included (24x24-bit product in 12-bit limbs)."""
+    """Correctly rounded float32 `a * b`, subnormals included (24x24-bit product in 12-bit
+    limbs)."""
     sign, (a_nan, a_inf, a_zero, sig_a, exp_a), (b_nan, b_inf, b_zero, sig_b, exp_b) = _operands(
         a, b
     )

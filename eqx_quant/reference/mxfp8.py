@@ -2,7 +2,8 @@
 
 Bit-exact with TE's CUDA kernels (`transformer_engine/common/cast/mxfp8/quantize_mxfp8.cuh`,
 `util/ptx.cuh`; scale shapes, padding and swizzle as `transformer_engine/jax/quantize/
-scaling_modes.py`) on every backend: like `fp8.py`, every float operation whose result is promised bit for bit is done on
+scaling_modes.py`) on every backend: like `fp8.py`, every float operation whose result is promised
+bit for bit is done on
 the bit patterns (`ieee`), so XLA:CPU's flush-to-zero and XLA:GPU's convert folding cannot
 change it. Functions work on one 2-D view `(M, N)`; a final partial block is quantized as if it
 were zero-padded (zeros change neither the block amax nor the other elements).

@@ -24,7 +24,10 @@ def _rotl(v: Array, r: int) -> Array:
 
 
 def threefry2x32(
-    k0: UInt32[Array, "*#s"], k1: UInt32[Array, "*#s"], c0: UInt32[Array, "*s"], c1: UInt32[Array, "*#s"]
+    k0: UInt32[Array, "*#s"],
+    k1: UInt32[Array, "*#s"],
+    c0: UInt32[Array, "*s"],
+    c1: UInt32[Array, "*#s"],
 ) -> tuple[UInt32[Array, "*s"], UInt32[Array, "*s"]]:
     """Threefry-2x32-20 of the counter `(c0, c1)` under the key `(k0, k1)` (broadcasting)."""
     ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(_KS_PARITY))
@@ -39,7 +42,10 @@ def threefry2x32(
 
 
 def random_bytes(
-    key: UInt32[Array, "2"], index_lo: UInt32[Array, "*s"], index_hi: UInt32[Array, "*s"], stream: int
+    key: UInt32[Array, "2"],
+    index_lo: UInt32[Array, "*s"],
+    index_hi: UInt32[Array, "*s"],
+    stream: int,
 ) -> UInt32[Array, "*s"]:
     """The random byte (0..255, as uint32) of each 64-bit index `(index_hi:index_lo)`: byte
     `index & 7` of the two words `threefry2x32(key, (lo32(index >> 3), hi32(index >> 3) |
@@ -120,8 +126,12 @@ def encode_e2m1_sr(y: Float[Array, "*s"], r: UInt32[Array, "*s"]) -> UInt8[Array
     sh_pos = jnp.clip(sh, 0, 31).astype(jnp.uint32)
     sh_neg = jnp.clip(-sh, 0, 31).astype(jnp.uint32)
     down = frac >> sh_pos
-    rounded_up = down + ((frac & ((jnp.uint32(1) << sh_pos) - jnp.uint32(1))) != 0).astype(jnp.uint32)
-    threshold = jnp.where(sh >= 32, (frac != 0).astype(jnp.uint32), jnp.where(sh >= 0, rounded_up, frac << sh_neg))
+    rounded_up = down + (
+        (frac & ((jnp.uint32(1) << sh_pos) - jnp.uint32(1))) != 0
+    ).astype(jnp.uint32)
+    threshold = jnp.where(
+        sh >= 32, (frac != 0).astype(jnp.uint32), jnp.where(sh >= 0, rounded_up, frac << sh_neg)
+    )
     # (r + 1/2) * 2^-8 < frac <=> (r * 2 + 1) * 2^15 < frac * 2^24 <=> that integer is
     # below threshold = ceil(frac * 2^24) (an integer m is below x iff below ceil(x)).
     r24 = (r.astype(jnp.uint32) << jnp.uint32(16)) | jnp.uint32(0x8000)

@@ -2,7 +2,8 @@
 
 The sum of `n` float32 values along an axis is the binary tree that splits at `h = ceil(n/2)`:
 `T(v[0:n]) = T(v[0:h]) + T(v[h:n])`, `T(v[0:1]) = v[0]`, `T(v[0:0]) = +0`. When `2^d` divides `n`,
-the nodes at depth `d` are the equal chunks `[i*n/2^d, (i+1)*n/2^d)`. When a mesh splits the axis into `P` equal
+the nodes at depth `d` are the equal chunks `[i*n/2^d, (i+1)*n/2^d)`. When a mesh splits the axis
+into `P` equal
 shards (`P` a power of two), each shard holds one node of the tree, so per-shard sums combined
 with the same tree give exactly the unsharded result. Kernels use the same property to split
 the work: they return the `P` node sums of depth `log2(P)` and the top levels are finished here.

@@ -7,18 +7,23 @@ import pytest
 
 import eqx_quant as eqq
 
-
 L = eqq.QuantizeLayout
 X = jnp.ones((32, 64), jnp.float32)
 
 
 def test_nvfp4_rejects_other_q_dtype():
-    with pytest.raises(TypeError, match=r"q_dtype must be jnp.float4_e2m1fn, got 'float8_e4m3fn'.*BlockScaleQuantizer"):
+    with pytest.raises(
+        TypeError,
+        match=r"q_dtype must be jnp.float4_e2m1fn, got 'float8_e4m3fn'.*BlockScaleQuantizer",
+    ):
         eqq.NVFP4Quantizer(q_dtype=jnp.float8_e4m3fn)
 
 
 def test_mxfp8_rejects_fp4():
-    with pytest.raises(TypeError, match=r"BlockScaleQuantizer: q_dtype must be .*got 'float4_e2m1fn'.*NVFP4Quantizer"):
+    with pytest.raises(
+        TypeError,
+        match=r"BlockScaleQuantizer: q_dtype must be .*got 'float4_e2m1fn'.*NVFP4Quantizer",
+    ):
         eqq.BlockScaleQuantizer(jnp.float4_e2m1fn)
 
 
@@ -50,11 +55,15 @@ def test_flag_types():
 
 def test_key_missing_with_sr():
     q = eqq.NVFP4Quantizer(stochastic_rounding=True)
-    with pytest.raises(ValueError, match=r"stochastic_rounding=True\) needs random bits: pass key=jax.random.key"):
+    with pytest.raises(
+        ValueError, match=r"stochastic_rounding=True\) needs random bits: pass key=jax.random.key"
+    ):
         eqq.quantize(X, q)
 
 
-@pytest.mark.parametrize("q", [eqq.NVFP4Quantizer(), eqq.BlockScaleQuantizer(), eqq.CurrentScaleQuantizer()])
+@pytest.mark.parametrize(
+    "q", [eqq.NVFP4Quantizer(), eqq.BlockScaleQuantizer(), eqq.CurrentScaleQuantizer()]
+)
 def test_key_without_sr(q):
     with pytest.raises(ValueError, match=r"key was given but .* does not use stochastic rounding"):
         eqq.quantize(X, q, key=jax.random.key(0))
@@ -76,11 +85,15 @@ def test_key_batch_outside_vmap():
 def test_rht_needs_multiple_of_16():
     q = eqq.NVFP4Quantizer(use_rht=True)
     x = jnp.ones((24, 64), jnp.float32)
-    with pytest.raises(ValueError, match=r"groups of 16 along axis 0 .*length is 24.*use_rht=False"):
+    with pytest.raises(
+        ValueError, match=r"groups of 16 along axis 0 .*length is 24.*use_rht=False"
+    ):
         eqq.quantize(x, q)
 
 
-@pytest.mark.parametrize("q", [eqq.BlockScaleQuantizer(), eqq.NVFP4Quantizer(q_layout=L.ROWWISE, use_2d=True)])
+@pytest.mark.parametrize(
+    "q", [eqq.BlockScaleQuantizer(), eqq.NVFP4Quantizer(q_layout=L.ROWWISE, use_2d=True)]
+)
 def test_colwise_blocks_need_an_axis(q):
     with pytest.raises(ValueError, match=r"flatten_axis resolves to 0 .*flatten_axis >= 1"):
         eqq.quantize(jnp.ones((64,), jnp.float32), q)
@@ -88,7 +101,9 @@ def test_colwise_blocks_need_an_axis(q):
 
 def test_swizzle_of_tensor_scaling_rejected():
     t = eqq.quantize(X, eqq.CurrentScaleQuantizer())
-    with pytest.raises(ValueError, match=r"gemm_scale_inv: GEMM-ready scales exist only for block formats"):
+    with pytest.raises(
+        ValueError, match=r"gemm_scale_inv: GEMM-ready scales exist only for block formats"
+    ):
         t.rowwise.gemm_scale_inv()
 
 

@@ -15,11 +15,11 @@ import pytest
 
 import eqx_quant as eqq
 from eqx_quant.reference import nvfp4 as nv_ref
-from tests.oracle import blocks as oracle_blocks, nd as oracle_nd
+from tests.oracle import blocks as oracle_blocks
+from tests.oracle import nd as oracle_nd
 from tests.support.bytes import assert_same_bytes, f32_bits_equal, u8
 from tests.support.cases import random_input
 from tests.support.kernels import fast_impl
-
 
 IMPL = fast_impl()
 L = eqq.QuantizeLayout

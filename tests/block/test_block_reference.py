@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from eqx_quant.reference import mxfp8 as mx_ref, nvfp4 as nv_ref
+from eqx_quant.reference import mxfp8 as mx_ref
+from eqx_quant.reference import nvfp4 as nv_ref
 from tests.oracle import blocks as ob
 from tests.support.block_reference import (  # noqa: F401 (fixture)
     CORES,
@@ -24,7 +25,6 @@ from tests.support.block_reference import (  # noqa: F401 (fixture)
 )
 from tests.support.bytes import assert_same_bytes, bits, u8
 from tests.support.dtypes import Q_DTYPES, X_DTYPES
-
 
 SHAPES = [(32, 64), (64, 128), (1, 32), (7, 13), (33, 48), (128, 96)]
 

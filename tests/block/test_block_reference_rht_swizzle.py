@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from eqx_quant.reference import mxfp8 as mx_ref, nvfp4 as nv_ref
+from eqx_quant.reference import mxfp8 as mx_ref
+from eqx_quant.reference import nvfp4 as nv_ref
 from tests.oracle import blocks as ob
 from tests.support.block_reference import callback_cores  # noqa: F401 (fixture)
 from tests.support.bytes import assert_same_bytes, bits
-
 
 # ---------------------------------------------------------------------------------------------
 # RHT

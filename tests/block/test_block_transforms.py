@@ -6,13 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.bytes import assert_same_bytes, u8
 from tests.support.cases import random_input
 from tests.support.kernels import fast_impl
-
 
 LAYOUT = eqq.QuantizeLayout.ROWWISE_COLWISE
 IMPL = fast_impl()

@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from eqx_quant._ops.mxfp8_quantize import Mxfp8QuantizeParams, mxfp8_quantize_op
@@ -22,7 +23,6 @@ from tests.support.bytes import assert_same_bytes, f32_bits_equal
 from tests.support.cases import random_input
 from tests.support.dtypes import X_DTYPES
 from tests.support.kernels import impls
-
 
 Q = {
     "row": eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, eqq.QuantizeLayout.ROWWISE),

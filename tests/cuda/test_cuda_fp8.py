@@ -26,7 +26,6 @@ from tests.support.bytes import assert_same_bytes
 from tests.support.cuda import CUDA, assert_graph_replay_matches, requires_cuda
 from tests.support.dtypes import Q_DTYPES, X_DTYPES
 
-
 pytestmark = requires_cuda()
 
 LAYOUTS = (
@@ -49,7 +48,7 @@ def _quantizer(kind, q_dtype, layout, scale):
     return eqq.DelayedScaleQuantizer(q_dtype, layout, scale=jnp.asarray([scale], jnp.float32))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(flatten_axis, with_dbias, impl, vmapped):
     def one(x, quantizer):
         if with_dbias:

@@ -3,7 +3,8 @@ blockwise-scaled FP8 GEMM) within the FP8 tensor-core bound of the float64 produ
 dequantized operands (`tests/cuda/test_cuda_gemm.py`'s: Hopper's FP8 MMA sums the products
 of each 128-long K block with fewer bits than float32 before CUTLASS promotes them, measured
 up to 1.2x the float32 accumulation bound): 128x128-tiled and 1x128-blocked B, partial K
-blocks, M not a multiple of the tile, float32 and bfloat16 out; and `eqx_quant.gemm` of E4M3 FP8 block operands on a GPU, which runs
+blocks, M not a multiple of the tile, float32 and bfloat16 out; and `eqx_quant.gemm` of E4M3 FP8
+block operands on a GPU, which runs
 it (every lhs x rhs block combination, the weight gradient's colwise x colwise included)."""
 
 import jax

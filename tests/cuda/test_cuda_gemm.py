@@ -21,7 +21,6 @@ from tests.support.cases import random_input
 from tests.support.cuda import CUDA, requires_cuda
 from tests.support.gemm import assert_product, oracle_values
 
-
 pytestmark = requires_cuda()
 
 

@@ -45,7 +45,6 @@ from tests.support.cuda import (
 )
 from tests.support.dtypes import X_DTYPES
 
-
 OPS = ("grouped_fp8_quantize", "grouped_mxfp8_quantize", "grouped_nvfp4_quantize",
        "grouped_dbias")
 pytestmark = requires_cuda(*OPS)
@@ -90,7 +89,7 @@ def _quantizer(mode, layout, groups):
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(mode, layout, fa, impl, groups, vmapped=False, dbias=True):
     """jit of (x, group_sizes) -> (GroupedScaledTensor, dbias or None)."""
 
@@ -243,7 +242,7 @@ def test_weight_like(mode):
         assert_same_bytes(got[key], want[key], f"weight-like {mode}: {key}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dbias_fn(impl, vmapped):
     def one(g, sizes):
         return eqq.grouped_dbias(g, sizes, check=False, impl=impl)

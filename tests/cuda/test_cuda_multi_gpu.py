@@ -13,13 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.bytes import assert_same_bytes, f32_bits_equal
 from tests.support.cases import random_input
 from tests.support.cuda import cuda_devices
-
 
 # The reason does not say "CUDA": a one-GPU machine under EQX_QUANT_REQUIRE_CUDA=1 skips these.
 pytestmark = pytest.mark.skipif(len(cuda_devices()) < 2, reason="needs 2 GPUs (nvidia-h200-x2)")

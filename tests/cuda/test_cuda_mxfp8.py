@@ -13,7 +13,8 @@ The expected bytes of a case are computed once, for ROWWISE_COLWISE, and serve t
 the three layouts (a part's bytes do not depend on the layout).
 
 The shapes reach every kernel path: the tile kernel with rowwise and colwise, rowwise only (the
-flat stream kernel: whole and partial warps, scale words and single scale bytes), colwise only with 16-byte staged stores and with 8/4-byte
+flat stream kernel: whole and partial warps, scale words and single scale bytes), colwise only with
+16-byte staged stores and with 8/4-byte
 stores (rows not a multiple of 16 bytes), and the scalar kernels (L % 32 != 0, rows not a
 multiple of 16 input bytes), partial K and L blocks, C > 1, A > 1, strips of 512 columns (the
 tile kernel's staged scale bytes) and empty tensors.
@@ -41,7 +42,6 @@ from tests.support.cuda import (
 )
 from tests.support.dtypes import Q_DTYPES, X_DTYPES
 
-
 pytestmark = requires_cuda("mxfp8_quantize")
 
 LAYOUTS = (
@@ -51,7 +51,7 @@ LAYOUTS = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(q_name, layout, flatten_axis, impl, vmapped):
     quantizer = eqq.BlockScaleQuantizer(Q_DTYPES[q_name], layout)
 
@@ -222,7 +222,7 @@ def test_vmap():
     _check(spread_random((3, 33, 20), jnp.float16, seed=8), "e4m3", vmapped=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted_dbias(q_name, layout, flatten_axis, impl, vmapped):
     quantizer = eqq.BlockScaleQuantizer(Q_DTYPES[q_name], layout)
 
@@ -244,7 +244,8 @@ def _jitted_dbias(q_name, layout, flatten_axis, impl, vmapped):
 # over two axes). Both layouts: the tile kernel writing the sums of its 32-row blocks when
 # K = 32 * 2^j (256, 128, 1024 and 1 nodes, strips of 512 columns, a batch), else the tree
 # sums after the MXFP8 kernel. (batch, sequence, hidden) with a power-of-two batch: merged
-# into one axis of rows (8192: 256 nodes); with a batch of 3, not. The fallbacks: L % 32 != 0 (the MXFP8 kernel, then the sums;
+# into one axis of rows (8192: 256 nodes); with a batch of 3, not. The fallbacks: L % 32 != 0 (the
+# MXFP8 kernel, then the sums;
 # both layouts: 2 block nodes summed by the tree kernel), a nested tree (the FP8 op's
 # dbias-only form: its walk), no rows (zero sums).
 DBIAS_CASES = [

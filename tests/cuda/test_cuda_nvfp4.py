@@ -18,10 +18,12 @@ The shapes reach every kernel path: RowHalfKernel (rowwise only, L % 16 == 0, bf
 stochastic rounding: several steps per CTA, a partial last step, NaN steps, the paired and the
 unpaired encoder: a finite bf16 global amax above 6 x 2^123 takes the latter), RowHalfSrKernel
 (the same with stochastic rounding: linear and general SR indices, NaN steps), RowFastKernel (the
-same for f32), RowScalarKernel (L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar loads (L not a multiple of
+same for f32), RowScalarKernel (L % 16 != 0, rank 1), TileKernel with cp.async rows and with scalar
+loads (L not a multiple of
 a 16-byte vector), partial K and L blocks and tiles, C > 1, A > 1, several tiles per CTA, empty
 tensors; PanelKernel (1D colwise with K % 16 == 0 and L % 16 == 0: with and without the RHT and
-stochastic rounding, rowwise optional; partial panel and vector groups); AmaxKernel and RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
+stochastic rounding, rowwise optional; partial panel and vector groups); AmaxKernel and
+RhtAmaxKernel (16-byte column vectors and single columns); 1D, 2D, RHT and
 stochastic rounding, alone and combined; vmapped batches (per-example amax, key). The raw op
 (`jax.ffi.ffi_call`, GPU target vs CPU target) covers what the public API does not reach
 unsharded: stochastic-rounding indices of a shard (offset, global shape; rowwise in x, colwise
@@ -54,7 +56,6 @@ from tests.support.cuda import (
 from tests.support.dtypes import X_DTYPES
 from tests.support.kernels import ffi_target
 
-
 OPS = ("nvfp4_amax", "nvfp4_quantize")
 pytestmark = requires_cuda(*OPS)
 
@@ -86,7 +87,7 @@ def _bytes(tensor):
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(layout, flatten_axis, mode, impl, vmapped):
     use_2d, use_rht, sr = MODES[mode]
     quantizer = eqq.NVFP4Quantizer(
@@ -274,7 +275,9 @@ def test_global_amax_edges(mode):
     infs[3, 5] = np.inf
     infs[17, 40] = -np.inf
     huge = spread_random((32, 48), jnp.float32, seed=10) * np.float32(4e33)  # max |x| ~1e38
-    tiny = (spread_random((32, 48), jnp.float32, seed=11) * np.float32(2.0**-140)).astype(np.float32)
+    tiny = (spread_random((32, 48), jnp.float32, seed=11) * np.float32(2.0**-140)).astype(
+        np.float32
+    )
     for x in (zeros, signed, nans, infs, huge, tiny):
         _check(x, -1, mode, TWO)
         _check(x.astype(jnp.bfloat16), -1, mode, TWO)
@@ -408,7 +411,8 @@ SHARDED = [
 SR_INDEX_CASES = [
     (case, parts) for case in SHARDED for parts in ("rows", "both")
     # rows: the rowwise-only kernels (1D); both: a colwise part (rank >= 2)
-    if (parts == "both" and len(case[0]) - case[1] >= 2) or (parts == "rows" and not (case[5] or case[6]))
+    if (parts == "both" and len(case[0]) - case[1] >= 2)
+    or (parts == "rows" and not (case[5] or case[6]))
 ]
 
 

@@ -8,14 +8,15 @@ import pytest
 import eqx_quant as eqq
 from tests.support.bytes import u8
 
-
 X = jnp.ones((4, 8), jnp.float32)
 Q = eqq.CurrentScaleQuantizer()
 
 
 @pytest.mark.parametrize("fn", [eqq.quantize, eqq.quantize_dbias])
 def test_integer_input(fn):
-    with pytest.raises(TypeError, match=r"x must be float32, float16 or bfloat16, got dtype int32 .*astype"):
+    with pytest.raises(
+        TypeError, match=r"x must be float32, float16 or bfloat16, got dtype int32 .*astype"
+    ):
         fn(jnp.ones((4, 8), jnp.int32), Q)
 
 
@@ -36,7 +37,9 @@ def test_scalar_input_rejected():
 
 @pytest.mark.parametrize("fa", [2, -3, 7])
 def test_flatten_axis_out_of_range(fa):
-    with pytest.raises(ValueError, match=rf"flatten_axis={fa} is out of range for x of rank 2 .*\[-2, 1\]"):
+    with pytest.raises(
+        ValueError, match=rf"flatten_axis={fa} is out of range for x of rank 2 .*\[-2, 1\]"
+    ):
         eqq.quantize(X, Q, flatten_axis=fa)
 
 
@@ -63,7 +66,9 @@ def test_bad_impl():
 @pytest.mark.parametrize("cls", [eqq.CurrentScaleQuantizer, eqq.DelayedScaleQuantizer])
 @pytest.mark.parametrize("dtype", [jnp.int8, jnp.float4_e2m1fn, jnp.bfloat16])
 def test_wrong_q_dtype(cls, dtype):
-    with pytest.raises(TypeError, match=r"q_dtype must be jnp.float8_e4m3fn or jnp.float8_e5m2 .*NVFP4Quantizer"):
+    with pytest.raises(
+        TypeError, match=r"q_dtype must be jnp.float8_e4m3fn or jnp.float8_e5m2 .*NVFP4Quantizer"
+    ):
         cls(dtype)
 
 
@@ -74,11 +79,17 @@ def test_wrong_layout(cls):
 
 
 def test_delayed_non_array_fields():
-    with pytest.raises(TypeError, match=r"scale must be a float32 jax.Array, got ndarray .*jnp.asarray"):
+    with pytest.raises(
+        TypeError, match=r"scale must be a float32 jax.Array, got ndarray .*jnp.asarray"
+    ):
         eqq.DelayedScaleQuantizer(scale=np.ones(1, np.float32))
-    with pytest.raises(TypeError, match=r"amax_history must be a float32 jax.Array, got a Python list"):
+    with pytest.raises(
+        TypeError, match=r"amax_history must be a float32 jax.Array, got a Python list"
+    ):
         eqq.DelayedScaleQuantizer(amax_history=[0.0, 0.0])
-    with pytest.raises(TypeError, match=r"scale must be a float32 jax.Array, got ArrayImpl of dtype float16"):
+    with pytest.raises(
+        TypeError, match=r"scale must be a float32 jax.Array, got ArrayImpl of dtype float16"
+    ):
         eqq.DelayedScaleQuantizer(scale=jnp.ones(1, jnp.float16))
 
 
@@ -91,7 +102,9 @@ def test_delayed_bad_shapes_and_values():
         eqq.DelayedScaleQuantizer(amax_history_len=0)
     with pytest.raises(ValueError, match=r"margin must be a finite float >= 0 .*got inf"):
         eqq.DelayedScaleQuantizer(margin=float("inf"))
-    with pytest.raises(ValueError, match=r"amax_compute_algo must be 'max' or 'most_recent', got 'mean'"):
+    with pytest.raises(
+        ValueError, match=r"amax_compute_algo must be 'max' or 'most_recent', got 'mean'"
+    ):
         eqq.DelayedScaleQuantizer(amax_compute_algo="mean")
     q = eqq.DelayedScaleQuantizer(amax_history=jnp.zeros(5))
     assert q.amax_history.shape == (5,)
@@ -108,7 +121,9 @@ def test_update_wrong_amax(amax):
 def test_grouped_quantizer_to_a_dense_op():
     gq = eqq.GroupedDelayedScaleQuantizer(2, amax_history_len=2)
     for fn in (eqq.quantize, eqq.quantize_dbias):
-        with pytest.raises(TypeError, match=r"holds one scale per group .*grouped_quantize.*group\(g\)"):
+        with pytest.raises(
+            TypeError, match=r"holds one scale per group .*grouped_quantize.*group\(g\)"
+        ):
             fn(X, gq)
 
 

@@ -141,7 +141,9 @@ def test_scale_from_amax_in_the_op(impl, n_batch):
             for key in got:
                 got_b = np.asarray(got[key]).reshape((-1,) + want[key].shape)[b]
                 assert_same_bytes(got_b, want[key], key)
-            f32_bits_equal(np.asarray(scale_inv).reshape(-1)[b:b + 1], want["scale_inv"], "scale_inv")
+            f32_bits_equal(
+                np.asarray(scale_inv).reshape(-1)[b:b + 1], want["scale_inv"], "scale_inv"
+            )
             f32_bits_equal(np.asarray(amax).reshape(-1)[b:b + 1], want["amax"], "amax")
 
 
@@ -272,7 +274,9 @@ def test_dbias_special_values(xd, impl):
     _, dbias = eqq.quantize_dbias(jnp.asarray(x), quantizer, -1, impl=impl)
     expected = oracle.dbias_cast(x, -1)
     got = np.asarray(dbias)
-    np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(expected.astype(np.float32)))
+    np.testing.assert_array_equal(
+        np.isnan(got.astype(np.float32)), np.isnan(expected.astype(np.float32))
+    )
     finite = ~np.isnan(expected.astype(np.float32))
     assert_same_bytes(got[finite], expected[finite], "dbias (non-NaN)")
     nan_bits = got.view(np.uint16 if got.itemsize == 2 else np.uint32)[~finite]
@@ -291,7 +295,9 @@ def test_dbias_tree_order_for_unaligned_row_counts(rows, impl):
     """Row counts whose tree nodes are not ceil(p*n/P)-aligned (a past bug); values whose
     float32 sum depends on the order, so any other order shows."""
     rng = np.random.default_rng(rows)
-    x = (rng.standard_normal((rows, 64)) * np.exp(rng.uniform(-12, 12, (rows, 64)))).astype(np.float32)
+    x = (rng.standard_normal((rows, 64)) * np.exp(rng.uniform(-12, 12, (rows, 64)))).astype(
+        np.float32
+    )
     q = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)
     _, dbias = eqq.quantize_dbias(jnp.asarray(x), q, impl=impl)
     assert_same_bytes(dbias, oracle.dbias_cast(x, -1), f"dbias rows={rows}")

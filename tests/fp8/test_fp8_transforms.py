@@ -12,7 +12,6 @@ from tests.support.bytes import assert_same_bytes, f32_bits_equal
 from tests.support.cases import random_input
 from tests.support.kernels import impls
 
-
 LAYOUT = eqq.QuantizeLayout.ROWWISE_COLWISE
 
 
@@ -29,14 +28,19 @@ def _assert_same_tensor(a, b, what=""):
 def test_eager_equals_jit(impl):
     x = jnp.asarray(random_input((16, 24), jnp.bfloat16))
     q = eqq.CurrentScaleQuantizer()
-    _assert_same_tensor(eqq.quantize(x, q, impl=impl), jax.jit(lambda x: eqq.quantize(x, q, impl=impl))(x))
+    _assert_same_tensor(
+        eqq.quantize(x, q, impl=impl), jax.jit(lambda x: eqq.quantize(x, q, impl=impl))(x)
+    )
 
 
 @pytest.mark.parametrize("impl", impls())
 @pytest.mark.parametrize("fa", [-1, -2])
 def test_vmap_is_per_example(impl, fa):
     """vmap(quantize)(xs) == stack(quantize(xs[i])): each example has its own amax and scale."""
-    xs = jnp.asarray(random_input((4, 6, 5, 8), jnp.float32)) * jnp.array([1.0, 10.0, 0.01, 300.0]).reshape(4, 1, 1, 1)
+    xs = (
+        jnp.asarray(random_input((4, 6, 5, 8), jnp.float32))
+        * jnp.array([1.0, 10.0, 0.01, 300.0]).reshape(4, 1, 1, 1)
+    )
     q = eqq.CurrentScaleQuantizer()
     batched = jax.vmap(lambda x: eqq.quantize(x, q, fa, impl=impl))(xs)
     for i in range(xs.shape[0]):
@@ -88,7 +92,9 @@ def test_vmap_over_quantizers(impl):
     qs = jax.vmap(lambda s: eqq.DelayedScaleQuantizer(amax_history_len=2, scale=s))(scales)
     t = jax.vmap(lambda q: eqq.quantize(x, q, impl=impl))(qs)
     for i in range(3):
-        expected = oracle.quantize_tensor(np.asarray(x), np.asarray(scales[i]), ml_dtypes.float8_e4m3fn, -1, True, True)
+        expected = oracle.quantize_tensor(
+            np.asarray(x), np.asarray(scales[i]), ml_dtypes.float8_e4m3fn, -1, True, True
+        )
         assert_same_bytes(t.rowwise.data[i], expected["row"])
 
 
@@ -128,7 +134,10 @@ def test_grad_through_dbias_and_vmap(impl):
 @pytest.mark.parametrize("impl", impls())
 def test_delayed_scaling_through_scan(impl):
     """The quantizer is the scan carry; every step's amax reaches the history (vs the oracle)."""
-    xs = jnp.asarray(random_input((6, 8, 16), jnp.bfloat16)) * jnp.arange(1, 7, dtype=jnp.bfloat16).reshape(6, 1, 1)
+    xs = (
+        jnp.asarray(random_input((6, 8, 16), jnp.bfloat16))
+        * jnp.arange(1, 7, dtype=jnp.bfloat16).reshape(6, 1, 1)
+    )
     q0 = eqq.DelayedScaleQuantizer(amax_history_len=4, margin=1.0)
 
     def step(q, x):
@@ -141,7 +150,9 @@ def test_delayed_scaling_through_scan(impl):
         x = np.asarray(xs[i])
         expected = oracle.quantize_tensor(x, scale, ml_dtypes.float8_e4m3fn, -1, True, False)
         assert_same_bytes(datas[i], expected["row"], f"step {i}")
-        history, scale = oracle.delayed_update(history, scale, expected["amax"], ml_dtypes.float8_e4m3fn, 1.0, "max")
+        history, scale = oracle.delayed_update(
+            history, scale, expected["amax"], ml_dtypes.float8_e4m3fn, 1.0, "max"
+        )
     f32_bits_equal(q_final.amax_history, history, "history")
     f32_bits_equal(q_final.scale, scale, "scale")
 
@@ -155,19 +166,26 @@ def test_gradient_accumulation_keeps_every_amax():
         amax = jnp.maximum(amax, eqq.quantize(x, q).amax)
     q2 = q.update(amax)
     assert float(q2.amax_history[-1]) == 7.0
-    assert float(q2.scale[0]) == 448.0 / 7.0 or np.float32(q2.scale[0]) == np.float32(448.0) / np.float32(7.0)
+    assert (
+        float(q2.scale[0]) == 448.0 / 7.0
+        or np.float32(q2.scale[0]) == np.float32(448.0) / np.float32(7.0)
+    )
     assert float(q.scale[0]) == 1.0  # the old quantizer is unchanged
 
 
 def test_update_matches_oracle_and_is_pure():
     rng = np.random.default_rng(0)
     for algo in ("max", "most_recent"):
-        q = eqq.DelayedScaleQuantizer(jnp.float8_e5m2, amax_history_len=5, margin=2.0, amax_compute_algo=algo)
+        q = eqq.DelayedScaleQuantizer(
+            jnp.float8_e5m2, amax_history_len=5, margin=2.0, amax_compute_algo=algo
+        )
         history, scale = np.zeros(5, np.float32), np.ones(1, np.float32)
         for amax in [3.0, 0.0, 1e-42, 100.0, np.inf, np.nan, 7.5]:
             a = np.array([amax], np.float32) * np.float32(rng.uniform(0.5, 2))
             q_new = jax.jit(lambda q, a: q.update(a))(q, jnp.asarray(a))
-            history, scale = oracle.delayed_update(history, scale, a, ml_dtypes.float8_e5m2, 2.0, algo)
+            history, scale = oracle.delayed_update(
+                history, scale, a, ml_dtypes.float8_e5m2, 2.0, algo
+            )
             f32_bits_equal(q_new.amax_history, history, f"{algo} history")
             f32_bits_equal(q_new.scale, scale, f"{algo} scale")
             assert q_new is not q

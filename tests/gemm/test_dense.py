@@ -5,13 +5,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.oracle import fp8 as oracle
 from tests.support.cases import random_input
 from tests.support.gemm import (
     DENSE_RECIPES as RECIPES,
+)
+from tests.support.gemm import (
     assert_product,
     assert_same_sums,
     delayed_quantizer,

@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.bytes import assert_same_bytes, u8
@@ -18,7 +19,6 @@ from tests.support.gemm import (
     oracle_values,
     sum_error,
 )
-
 
 L = eqq.QuantizeLayout
 

@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, PartitionSpec as P
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.oracle import fp8 as oracle
@@ -17,7 +18,6 @@ from tests.support.gemm import (
     oracle_values,
     sum_error,
 )
-
 
 M, K, N = 128, 64, 32
 SIZES = [30, 0, 58, 40]

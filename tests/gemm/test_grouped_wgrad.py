@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, PartitionSpec as P
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.cases import random_input
@@ -21,7 +22,6 @@ from tests.support.gemm import (
     lowered_dot_operand_types,
     oracle_values,
 )
-
 
 QUANTIZERS = {
     "current": eqq.CurrentScaleQuantizer,

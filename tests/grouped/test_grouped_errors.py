@@ -11,7 +11,6 @@ import pytest
 import eqx_quant as eqq
 from tests.support.bytes import u8
 
-
 L = eqq.QuantizeLayout
 X = jnp.ones((64, 48), jnp.float32)
 SIZES = jnp.asarray([10, 0, 54], jnp.int32)
@@ -158,7 +157,9 @@ def test_group_part_needs_concrete_sizes_and_valid_index():
 def test_grad_not_an_array():
     with pytest.raises(TypeError, match=r"grouped_dbias: grad must be a jax.Array, got ndarray"):
         eqq.grouped_dbias(np.ones((64, 48), np.float32), SIZES)
-    with pytest.raises(ValueError, match=r"grouped_dbias: grad must have rank >= 2 .*shape \(64,\)"):
+    with pytest.raises(
+        ValueError, match=r"grouped_dbias: grad must have rank >= 2 .*shape \(64,\)"
+    ):
         eqq.grouped_dbias(jnp.ones((64,), jnp.float32), SIZES)
 
 

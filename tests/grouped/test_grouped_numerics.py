@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import eqx_quant as eqq
-from tests.oracle import blocks as ob, fp8 as ot, grouped as og
+from tests.oracle import blocks as ob
+from tests.oracle import fp8 as ot
+from tests.oracle import grouped as og
 from tests.support.bytes import assert_same_bytes, f32_bits_equal, u8
 from tests.support.dtypes import X_DTYPES
 from tests.support.grouped import (
@@ -32,7 +34,6 @@ from tests.support.grouped import (
     make_quantizer,
     run,
 )
-
 
 # --------------------------------------------------------------------------------------------
 # Oracle self-checks (no eqx_quant involved)

@@ -6,13 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.bytes import assert_same_bytes, u8
 from tests.support.cases import random_input
 from tests.support.kernels import has_kernels
-
 
 GROUPED_OPS = ("grouped_fp8_quantize", "grouped_mxfp8_quantize", "grouped_nvfp4_quantize",
                "grouped_dbias")

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import eqx_quant as eqq
-from tests.oracle import blocks as ob, grouped as og
+from tests.oracle import blocks as ob
+from tests.oracle import grouped as og
 from tests.support.bytes import assert_same_bytes, f32_bits_equal, u8
 from tests.support.cases import rounding_tie_rows
 from tests.support.dtypes import X_DTYPES
@@ -31,7 +32,6 @@ from tests.support.grouped import (
     make_quantizer,
     run,
 )
-
 
 # --------------------------------------------------------------------------------------------
 # Special values; NaN / Inf in one group must not leak into another

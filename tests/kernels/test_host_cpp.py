@@ -18,7 +18,6 @@ import pytest
 
 from tests.support.paths import REPO
 
-
 ROOT = REPO
 CSRC = ROOT / "csrc"
 HOST_TESTS = CSRC / "tests"

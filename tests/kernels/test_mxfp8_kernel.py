@@ -24,7 +24,6 @@ from tests.support.bytes import assert_bytes, u8
 from tests.support.dtypes import Q_DTYPES, X_DTYPES
 from tests.support.kernels import ffi_target, missing_cpu_kernels, on_cpu  # noqa: F401 (fixture)
 
-
 TARGET = ffi_target("mxfp8_quantize")
 LAYOUTS = {"row": (True, False), "col": (False, True), "both": (True, True)}
 _SKIP_REASON = missing_cpu_kernels("mxfp8_quantize")

@@ -21,12 +21,12 @@ eagerly on fixed-size chunks of blocks, each jitted once (`_chunked`).
 import math
 import zlib
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from eqx_quant.reference import ieee as ieee_ref, nvfp4 as nv_ref, stochastic_rounding as sr_ref
+from eqx_quant.reference import ieee as ieee_ref
+from eqx_quant.reference import nvfp4 as nv_ref
 from tests.support.bytes import assert_bytes
 from tests.support.dtypes import X_DTYPES
 from tests.support.nvfp4_kernel import (  # noqa: F401 (fixtures)
@@ -42,7 +42,6 @@ from tests.support.nvfp4_kernel import (  # noqa: F401 (fixtures)
     rht_amax_reference,
     rht_ok,
 )
-
 
 # ---------------------------------------------------------------------------------------------
 # Tests: round to nearest

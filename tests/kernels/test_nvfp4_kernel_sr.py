@@ -25,7 +25,6 @@ from tests.support.nvfp4_kernel import (  # noqa: F401 (fixtures)
     row_sr_bytes,
 )
 
-
 # ---------------------------------------------------------------------------------------------
 # Tests: stochastic rounding
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-
 F32 = np.float32
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 E5M2 = np.dtype(ml_dtypes.float8_e5m2)

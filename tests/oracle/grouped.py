@@ -23,9 +23,10 @@ import math
 
 import numpy as np
 
-from tests.oracle import blocks as ob, fp8 as ot, nd as ond
+from tests.oracle import blocks as ob
+from tests.oracle import fp8 as ot
+from tests.oracle import nd as ond
 from tests.support.bytes import u8
-
 
 F32 = np.float32
 

@@ -22,9 +22,9 @@ import math
 import ml_dtypes
 import numpy as np
 
-from tests.oracle import blocks as ob, sr as osr
+from tests.oracle import blocks as ob
+from tests.oracle import sr as osr
 from tests.support.bytes import u8
-
 
 F32 = np.float32
 E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)

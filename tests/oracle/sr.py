@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 U32 = np.uint32
 U64 = np.uint64
 KS_PARITY = 0x1BD11BDA

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from eqx_quant.reference import blocks_nd as blocks_ref
-from tests.oracle import blocks as ob, nd as on, sr as osr
+from tests.oracle import blocks as ob
+from tests.oracle import nd as on
+from tests.oracle import sr as osr
 from tests.support.bytes import u8
-
 
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
 KEY = np.array([0x12345678, 0x9ABCDEF0], np.uint32)

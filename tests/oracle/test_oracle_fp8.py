@@ -20,7 +20,6 @@ from tests.oracle.fp8 import (
     tree_sum,
 )
 
-
 E4M3 = ml_dtypes.float8_e4m3fn
 E5M2 = ml_dtypes.float8_e5m2
 BF16 = ml_dtypes.bfloat16

@@ -14,9 +14,9 @@ import pytest
 from jax._src.random.threefry2x32 import threefry2x32_p
 
 from eqx_quant.reference import stochastic_rounding as sr_ref
-from tests.oracle import blocks as ob, sr as osr
+from tests.oracle import blocks as ob
+from tests.oracle import sr as osr
 from tests.support.bytes import u8
-
 
 GRID = osr.E2M1_GRID
 KEY = np.array([0x12345678, 0x9ABCDEF0], np.uint32)

@@ -24,7 +24,6 @@ from tests.support.bad_inputs import (  # noqa: F401
     QS,
     SIZES,
     SIZES_CHECK,
-    sizes_check,
     SR,
     W3,
     L,
@@ -35,6 +34,7 @@ from tests.support.bad_inputs import (  # noqa: F401
     grouped_linear,
     gx,
     linear,
+    sizes_check,
     tw,
     tx,
 )

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from eqx_quant import bench
-from eqx_quant.bench import _gemm as _bench_gemm, _grouped as _bench_grouped, _quantize, _xla
+from eqx_quant.bench import _gemm as _bench_gemm
+from eqx_quant.bench import _grouped as _bench_grouped
+from eqx_quant.bench import _quantize, _xla
 from tests.support.bytes import u8
 
 

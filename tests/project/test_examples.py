@@ -20,7 +20,6 @@ import pytest
 
 from tests.support.paths import EXAMPLES, README, REPO
 
-
 # The char-LM run takes arguments (--out) and has its own test below.
 CHAR_LM = EXAMPLES / "train_char_lm.py"
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if p != CHAR_LM)

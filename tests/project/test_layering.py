@@ -7,7 +7,6 @@ import pathlib
 
 import eqx_quant
 
-
 PACKAGE = pathlib.Path(eqx_quant.__file__).resolve().parent
 MODE_OWNERS = {"_formats", "_core", "_quantizer"}
 

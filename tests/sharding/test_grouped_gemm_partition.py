@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from eqx_quant._gemm._ragged import grouped_outer, grouped_rows
 from tests.support.cases import random_input
@@ -72,7 +73,9 @@ def test_grouped_outer_partition(layout):
     a, _, c, counts, alpha = _inputs()
     want = np.asarray(jax.jit(_outer)(a, c, counts, alpha))
     mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
-    a_spec, c_spec = (P("x", None), P("x", None)) if layout == "data" else (P(None, None), P(None, "x"))
+    a_spec, c_spec = (
+        (P("x", None), P("x", None)) if layout == "data" else (P(None, None), P(None, "x"))
+    )
     args = (
         jax.device_put(a, NamedSharding(mesh, a_spec)),
         jax.device_put(c, NamedSharding(mesh, c_spec)),

@@ -9,13 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.bytes import assert_same_bytes, f32_bits_equal
 from tests.support.cases import random_input
 from tests.support.kernels import impls
-
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
 
@@ -55,7 +55,9 @@ def _compare(sharded, unsharded, what):
 def _quantizers():
     return {
         "current": eqq.CurrentScaleQuantizer(),
-        "delayed": eqq.DelayedScaleQuantizer(amax_history_len=4, scale=jnp.array([3.5], jnp.float32)),
+        "delayed": eqq.DelayedScaleQuantizer(
+            amax_history_len=4, scale=jnp.array([3.5], jnp.float32)
+        ),
     }
 
 
@@ -157,7 +159,10 @@ def test_shard_map_amax_axes(impl, mode):
     """Inside shard_map the amax is local unless amax_axes names the mesh axes."""
     mesh = MESHES["4x2"]()
     q = _quantizers()[mode]
-    x = jnp.asarray(random_input((16, 32), jnp.float32, seed=2)) * jnp.arange(1, 33, dtype=jnp.float32).reshape(1, 32)
+    x = (
+        jnp.asarray(random_input((16, 32), jnp.float32, seed=2))
+        * jnp.arange(1, 33, dtype=jnp.float32).reshape(1, 32)
+    )
     glob = eqq.quantize(x, q, impl=impl)
 
     def local(x, axes):

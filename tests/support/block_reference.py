@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from eqx_quant.reference import mxfp8 as mx_ref, nvfp4 as nv_ref
-
+from eqx_quant.reference import mxfp8 as mx_ref
+from eqx_quant.reference import nvfp4 as nv_ref
 
 CORES = [
     (mx_ref, "_mx_encode_core"),

@@ -6,7 +6,6 @@ oracle can use it too).
 
 import numpy as np
 
-
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 

@@ -6,7 +6,6 @@ import numpy as np
 
 import eqx_quant as eqq
 
-
 LAYOUTS = list(eqq.QuantizeLayout)
 
 # (shape, flatten_axis): TE's quantize suite (§10.2) minus the 67M-element one, plus odd shapes.

@@ -4,7 +4,6 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-
 # Input dtypes of the quantize ops.
 X_DTYPES = {"f32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16}
 # The same as NumPy dtypes (ml_dtypes for bfloat16), for the oracle's side.

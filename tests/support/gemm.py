@@ -13,7 +13,6 @@ import numpy as np
 import eqx_quant as eqq
 from tests.oracle import nd as oracle_nd
 
-
 F32 = np.float32
 
 # The expert GEMM's tokens and groups (test_grouped_gemm.py, test_grouped_wgrad.py).

@@ -15,9 +15,9 @@ import ml_dtypes
 import numpy as np
 
 import eqx_quant as eqq
-from tests.oracle import blocks as ob, grouped as og
+from tests.oracle import blocks as ob
+from tests.oracle import grouped as og
 from tests.support.bytes import assert_same_bytes, f32_bits_equal, u8
-
 
 L = eqq.QuantizeLayout
 IMPLS = ["ffi", "reference"]

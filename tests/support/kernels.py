@@ -10,7 +10,6 @@ import pytest
 import eqx_quant as eqq
 from eqx_quant._ops import _ffi
 
-
 # The block-format ops whose CPU kernels make the full test matrices affordable.
 BLOCK_KERNEL_OPS = ("mxfp8_quantize", "nvfp4_amax", "nvfp4_quantize")
 

@@ -12,10 +12,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from eqx_quant.reference import ieee as ieee_ref, nvfp4 as nv_ref, stochastic_rounding as sr_ref
+from eqx_quant.reference import ieee as ieee_ref
+from eqx_quant.reference import nvfp4 as nv_ref
+from eqx_quant.reference import stochastic_rounding as sr_ref
 from tests.support.bytes import assert_bytes, u8
 from tests.support.kernels import ffi_target, missing_cpu_kernels
-
 
 AMAX_TARGET = ffi_target("nvfp4_amax")
 QUANTIZE_TARGET = ffi_target("nvfp4_quantize")

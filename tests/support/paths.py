@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[2]  # tests/support/paths.py -> the repository root
 EXAMPLES = REPO / "examples"
 CSRC = REPO / "csrc"
