@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "common/byte_transpose.h"
 #include "common/cpu_input.h"
 #include "common/float_narrow.h"
+#include "common/fp8_cast_avx2.h"
 #include "common/fp8_format.h"
 #include "common/fp8_quantize_problem.h"
 #include "common/parallel_for.h"
@@ -20,10 +23,11 @@ namespace {
 // in increasing order, so x is streamed in runs of kPanelCols elements.
 constexpr int64_t kPanelCols = 2048;
 // The colwise (transposed) output is produced kTileRows rows at a time: the
-// FP8 bytes of kTileRows consecutive rows of the panel are staged in a buffer,
-// then written out transposed, one contiguous kTileRows-byte run (one cache
-// line) per output row. The staging rows are padded by kStagingPad bytes so
-// that reading a staged column does not hit a single L1 set.
+// FP8 bytes of kTileRows consecutive rows of the panel, in the row output or
+// (colwise only) staged in a buffer, are written out transposed, one
+// contiguous kTileRows-byte run (one cache line) per output row. The staging
+// rows are padded by kStagingPad bytes so that reading a staged column does
+// not hit a single L1 set.
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kStagingPad = 64;
 
@@ -57,14 +61,47 @@ uint32_t QuantizeSpanGeneric(const typename Input::Storage* src, int64_t count,
                                                       values, amax_key);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(EQX_QUANT_FP8_CAST_AVX2)
 #define EQX_QUANT_CPU_AVX2_VARIANT 1
+
+// Eight inputs as floats, for the input types with an AVX2 widening.
+template <typename Input>
+__attribute__((target("avx2"), always_inline)) inline __m256 LoadAsFloats8(
+    const typename Input::Storage* src) {
+  if constexpr (std::is_same_v<Input, Bf16Input>) {
+    return LoadBf16AsFloats8(src);
+  } else {
+    return LoadFloats8(src);
+  }
+}
+
+// The element loop in AVX2, 32 elements a step (common/fp8_cast_avx2.h), the
+// rest by QuantizeSpanBody; the same bytes, values and key. float16 inputs,
+// whose widening needs F16C, run QuantizeSpanBody compiled for AVX2.
 template <typename Input, typename Format, bool kKeepValues>
 __attribute__((target("avx2"))) uint32_t
 QuantizeSpanAvx2(const typename Input::Storage* src, int64_t count, float scale,
                  uint8_t* bytes, float* values, uint32_t amax_key) {
-  return QuantizeSpanBody<Input, Format, kKeepValues>(src, count, scale, bytes,
-                                                      values, amax_key);
+  int64_t j = 0;
+  if constexpr (!std::is_same_v<Input, F16Input>) {
+    const __m256 scale8 = _mm256_set1_ps(scale);
+    __m256i keys = _mm256_setzero_si256();
+    for (; j + 32 <= count; j += 32) {
+      __m256i codes[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m256 value = LoadAsFloats8<Input>(src + j + 8 * k);
+        if constexpr (kKeepValues) _mm256_storeu_ps(values + j + 8 * k, value);
+        keys = MaxAmaxKeys8(keys, value);
+        codes[k] = Fp8Codes8<Format>(_mm256_mul_ps(value, scale8));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + j),
+                          PackCodes32(codes[0], codes[1], codes[2], codes[3]));
+    }
+    amax_key = std::max(amax_key, HorizontalMaxKey(keys));
+  }
+  return QuantizeSpanBody<Input, Format, kKeepValues>(
+      src + j, count - j, scale, bytes + j,
+      kKeepValues ? values + j : values, amax_key);
 }
 #endif
 
@@ -117,11 +154,12 @@ class PanelQuantizer {
       return;
     }
     if (tile_rows_ == 0) tile_first_row_ = r;
-    uint8_t* staged = staging_ + tile_rows_ * kStagingStride;
-    amax_key_ = quantize_span_(src, width_, scale_, staged, values, amax_key_);
-    if (row_out_ != nullptr) {
-      std::memcpy(row_out_ + r * cols_ + first_col_, staged, width_);
-    }
+    // With a row output the tile is transposed from there (still in cache);
+    // colwise only, from the staging rows.
+    uint8_t* dst = row_out_ != nullptr
+                       ? row_out_ + r * cols_ + first_col_
+                       : staging_ + tile_rows_ * kStagingStride;
+    amax_key_ = quantize_span_(src, width_, scale_, dst, values, amax_key_);
     if (++tile_rows_ == kTileRows) FlushTile();
   }
 
@@ -135,15 +173,15 @@ class PanelQuantizer {
  private:
   static constexpr int64_t kStagingStride = kPanelCols + kStagingPad;
 
-  // Writes the staged rows [tile_first_row, + tile_rows) to the transposed
-  // output: col[(first_col + j) * rows + tile_first_row + i] = staged[i][j].
+  // Writes the tile's rows [tile_first_row, + tile_rows) to the transposed
+  // output: col[(first_col + j) * rows + tile_first_row + i] = tile[i][j].
   void FlushTile() {
-    for (int64_t j = 0; j < width_; ++j) {
-      uint8_t* __restrict dst =
-          col_out_ + (first_col_ + j) * rows_ + tile_first_row_;
-      const uint8_t* __restrict src = staging_ + j;
-      for (int64_t i = 0; i < tile_rows_; ++i) dst[i] = src[i * kStagingStride];
-    }
+    const bool in_row_out = row_out_ != nullptr;
+    const uint8_t* tile =
+        in_row_out ? row_out_ + tile_first_row_ * cols_ + first_col_ : staging_;
+    TransposeBytes(tile, in_row_out ? cols_ : kStagingStride,
+                   col_out_ + first_col_ * rows_ + tile_first_row_, rows_,
+                   tile_rows_, width_);
     tile_rows_ = 0;
   }
 
