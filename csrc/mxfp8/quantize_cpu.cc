@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "common/cpu_input.h"
 #include "common/e8m0.h"
+#include "common/fp8_cast_avx2.h"
 #include "common/fp8_format.h"
 #include "common/mxfp8_problem.h"
 #include "common/parallel_for.h"
@@ -41,21 +43,75 @@ inline __attribute__((always_inline)) uint8_t QuantizeBlock(
   return scale;
 }
 
+#if defined(EQX_QUANT_FP8_CAST_AVX2)
+// `blocks` whole blocks in AVX2 intrinsics (f32 and bf16 inputs), for the
+// kernel's AVX2 copy: the same scale bytes and FP8 bytes as QuantizeBlock
+// (common/fp8_cast_avx2.h is exact for every input). Not inlined: its caller
+// is compiled for the baseline too.
+template <typename Input, typename Format>
+__attribute__((target("avx2"))) void QuantizeBlocksAvx2(
+    const typename Input::Storage* __restrict src, int64_t blocks,
+    uint8_t* __restrict out, uint8_t* __restrict scales) {
+  for (int64_t b = 0; b < blocks; ++b, src += kBlock, out += kBlock) {
+    __m256 values[4];
+    __m256i keys = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (std::is_same_v<Input, Bf16Input>) {
+        values[k] = LoadBf16AsFloats8(src + 8 * k);
+      } else {
+        values[k] = LoadFloats8(src + 8 * k);
+      }
+      keys = MaxAmaxKeys8(keys, values[k]);
+    }
+    const uint8_t scale =
+        Mxfp8BlockScale<Format>(BitsToFloat(HorizontalMaxKey(keys)));
+    scales[b] = scale;
+    const __m256 factor = _mm256_set1_ps(E8m0ReciprocalScale(scale));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(out),
+        PackCodes32(Fp8Codes8<Format>(_mm256_mul_ps(values[0], factor)),
+                    Fp8Codes8<Format>(_mm256_mul_ps(values[1], factor)),
+                    Fp8Codes8<Format>(_mm256_mul_ps(values[2], factor)),
+                    Fp8Codes8<Format>(_mm256_mul_ps(values[3], factor))));
+  }
+}
+#endif
+
+// Whether the AVX2 copy of the kernel takes QuantizeBlockAvx2 for whole
+// blocks of this input type (float16's widening needs F16C).
+template <typename Input, bool kAvx2>
+constexpr bool kIntrinsicBlocks =
+#if defined(EQX_QUANT_FP8_CAST_AVX2)
+    kAvx2 && !std::is_same_v<Input, F16Input>;
+#else
+    false;
+#endif
+
 // Rowwise: `lines` consecutive lines of `length` elements each, blocked from
 // the start of each line. The ceil(length/32) scale bytes of a line are
 // consecutive, and those of consecutive lines too.
-template <typename Input, typename Format>
+template <typename Input, typename Format, bool kAvx2>
 inline __attribute__((always_inline)) void QuantizeLines(
     const typename Input::Storage* src, int64_t lines, int64_t length,
     uint8_t* out, uint8_t* scales) {
   const int64_t full_blocks = length / kBlock;
   const int64_t tail = length - full_blocks * kBlock;
   for (int64_t line = 0; line < lines; ++line) {
-    for (int64_t b = 0; b < full_blocks; ++b) {
-      // A constant count: the block loops are fully vectorised.
-      *scales++ = QuantizeBlock<Input, Format>(src, kBlock, out);
-      src += kBlock;
-      out += kBlock;
+#if defined(EQX_QUANT_FP8_CAST_AVX2)
+    if constexpr (kIntrinsicBlocks<Input, kAvx2>) {
+      QuantizeBlocksAvx2<Input, Format>(src, full_blocks, out, scales);
+      scales += full_blocks;
+      src += full_blocks * kBlock;
+      out += full_blocks * kBlock;
+    } else
+#endif
+    {
+      for (int64_t b = 0; b < full_blocks; ++b) {
+        // A constant count: the block loops are fully vectorised.
+        *scales++ = QuantizeBlock<Input, Format>(src, kBlock, out);
+        src += kBlock;
+        out += kBlock;
+      }
     }
     if (tail > 0) {
       *scales++ = QuantizeBlock<Input, Format>(src, tail, out);
@@ -101,6 +157,27 @@ inline __attribute__((always_inline)) void StoreTileRow(
   }
 }
 
+#if defined(EQX_QUANT_FP8_CAST_AVX2)
+// StoreTileRow in AVX2 intrinsics, 32 columns a step, the rest as
+// StoreTileRow; the same bytes. Not inlined, as QuantizeBlocksAvx2.
+template <typename Format>
+__attribute__((target("avx2"))) void StoreTileRowAvx2(
+    const float* __restrict values, const float* __restrict factors,
+    int64_t width, uint8_t* __restrict out) {
+  int64_t j = 0;
+  for (; j + 32 <= width; j += 32) {
+    __m256i codes[4];
+    for (int k = 0; k < 4; ++k) {
+      codes[k] = Fp8Codes8<Format>(_mm256_mul_ps(
+          _mm256_loadu_ps(values + j + 8 * k), _mm256_loadu_ps(factors + j + 8 * k)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
+                        PackCodes32(codes[0], codes[1], codes[2], codes[3]));
+  }
+  for (; j < width; ++j) out[j] = FloatToFp8<Format>(values[j] * factors[j]);
+}
+#endif
+
 // Buffers of the colwise tiles (per thread, ThreadWorkspace).
 struct Workspace {
   float* values = nullptr;        // kBlock x kTileCols
@@ -122,7 +199,7 @@ struct Tile {
   int64_t length = 0;
 };
 
-template <typename Input, typename Format>
+template <typename Input, typename Format, bool kAvx2>
 inline __attribute__((always_inline)) void QuantizeTile(
     const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
     const Tile& tile, const Workspace& workspace) {
@@ -139,7 +216,7 @@ inline __attribute__((always_inline)) void QuantizeTile(
     LoadTileRow<Input>(x + offset, width, values, workspace.amax_keys);
     if (problem.rowwise) {
       const int64_t line = row * problem.inner + tile.c0;  // (a, k, c0)
-      QuantizeLines<F32Input, Format>(
+      QuantizeLines<F32Input, Format, kAvx2>(
           values, tile.lines, tile.length, buffers.row + offset,
           buffers.row_scale + line * row_blocks + tile.l0 / kBlock);
     }
@@ -151,8 +228,16 @@ inline __attribute__((always_inline)) void QuantizeTile(
                        workspace.factors);
   for (int64_t r = 0; r < tile.rows; ++r) {
     const int64_t row = tile.a * problem.blocked + tile.k0 + r;
+    uint8_t* out = buffers.col + row * row_width + first_col;
+#if defined(EQX_QUANT_FP8_CAST_AVX2)
+    if constexpr (kAvx2) {
+      StoreTileRowAvx2<Format>(workspace.values + r * kTileCols,
+                               workspace.factors, width, out);
+      continue;
+    }
+#endif
     StoreTileRow<Format>(workspace.values + r * kTileCols, workspace.factors,
-                         width, buffers.col + row * row_width + first_col);
+                         width, out);
   }
 }
 
@@ -203,13 +288,13 @@ struct TilePlan {
 
 // Items [begin, end) of the call: rowwise only, lines (straight from x);
 // colwise (and rowwise), the tiles of TilePlan.
-template <typename Input, typename Format>
+template <typename Input, typename Format, bool kAvx2>
 inline __attribute__((always_inline)) void QuantizeBody(
     const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
     const Workspace& workspace, int64_t begin, int64_t end) {
   if (!problem.colwise) {
     const int64_t last = problem.last;
-    QuantizeLines<Input, Format>(
+    QuantizeLines<Input, Format, kAvx2>(
         static_cast<const typename Input::Storage*>(buffers.x) + begin * last,
         end - begin, last, buffers.row + begin * last,
         buffers.row_scale + begin * Mxfp8Blocks(last));
@@ -217,8 +302,8 @@ inline __attribute__((always_inline)) void QuantizeBody(
   }
   const TilePlan plan(problem);
   for (int64_t t = begin; t < end; ++t) {
-    QuantizeTile<Input, Format>(problem, buffers, plan.Get(problem, t),
-                                workspace);
+    QuantizeTile<Input, Format, kAvx2>(problem, buffers, plan.Get(problem, t),
+                                       workspace);
   }
 }
 
@@ -230,7 +315,7 @@ template <typename Input, typename Format>
 void QuantizeGeneric(const Mxfp8QuantizeProblem& problem,
                      const Mxfp8QuantizeBuffers& buffers,
                      const Workspace& workspace, int64_t begin, int64_t end) {
-  QuantizeBody<Input, Format>(problem, buffers, workspace, begin, end);
+  QuantizeBody<Input, Format, false>(problem, buffers, workspace, begin, end);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -239,7 +324,7 @@ template <typename Input, typename Format>
 __attribute__((target("avx2"))) void QuantizeAvx2(
     const Mxfp8QuantizeProblem& problem, const Mxfp8QuantizeBuffers& buffers,
     const Workspace& workspace, int64_t begin, int64_t end) {
-  QuantizeBody<Input, Format>(problem, buffers, workspace, begin, end);
+  QuantizeBody<Input, Format, true>(problem, buffers, workspace, begin, end);
 }
 #endif
 
