@@ -19,7 +19,9 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "common/cpu_input.h"
 #include "common/fp8_format.h"
 
 namespace eqx_quant::cpu {
@@ -113,8 +115,12 @@ EQX_QUANT_AVX2 __m256i PackCodes32(__m256i c0, __m256i c1, __m256i c2,
                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// Eight elements of each input type as floats (exact widening). F16 needs
-// F16C and stays on the compiler-vectorised loop.
+// Eight elements as floats (exact widening), for the input types that have
+// an AVX2 load (kHasAvx2Load): f32 and bf16. float16's widening needs F16C, so
+// its inputs stay on the compiler-vectorised loops.
+template <typename Input>
+inline constexpr bool kHasAvx2Load = !std::is_same_v<Input, F16Input>;
+
 EQX_QUANT_AVX2 __m256 LoadFloats8(const float* src) {
   return _mm256_loadu_ps(src);
 }
@@ -123,6 +129,24 @@ EQX_QUANT_AVX2 __m256 LoadBf16AsFloats8(const uint16_t* src) {
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
+}
+template <typename Input>
+EQX_QUANT_AVX2 __m256 LoadAsFloats8(const typename Input::Storage* src) {
+  static_assert(kHasAvx2Load<Input>);
+  if constexpr (std::is_same_v<Input, Bf16Input>) {
+    return LoadBf16AsFloats8(src);
+  } else {
+    return LoadFloats8(src);
+  }
+}
+
+// The FP8 bytes of 32 already scaled values, stored at `out`.
+template <typename Format>
+EQX_QUANT_AVX2 void StoreFp8Codes32(uint8_t* out, const __m256 (&scaled)[4]) {
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(out),
+      PackCodes32(Fp8Codes8<Format>(scaled[0]), Fp8Codes8<Format>(scaled[1]),
+                  Fp8Codes8<Format>(scaled[2]), Fp8Codes8<Format>(scaled[3])));
 }
 
 #undef EQX_QUANT_AVX2

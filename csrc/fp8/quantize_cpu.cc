@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "common/byte_transpose.h"
@@ -64,17 +63,6 @@ uint32_t QuantizeSpanGeneric(const typename Input::Storage* src, int64_t count,
 #if defined(EQX_QUANT_FP8_CAST_AVX2)
 #define EQX_QUANT_CPU_AVX2_VARIANT 1
 
-// Eight inputs as floats, for the input types with an AVX2 widening.
-template <typename Input>
-__attribute__((target("avx2"), always_inline)) inline __m256 LoadAsFloats8(
-    const typename Input::Storage* src) {
-  if constexpr (std::is_same_v<Input, Bf16Input>) {
-    return LoadBf16AsFloats8(src);
-  } else {
-    return LoadFloats8(src);
-  }
-}
-
 // The element loop in AVX2, 32 elements a step (common/fp8_cast_avx2.h), the
 // rest by QuantizeSpanBody; the same bytes, values and key. float16 inputs,
 // whose widening needs F16C, run QuantizeSpanBody compiled for AVX2.
@@ -83,19 +71,18 @@ __attribute__((target("avx2"))) uint32_t
 QuantizeSpanAvx2(const typename Input::Storage* src, int64_t count, float scale,
                  uint8_t* bytes, float* values, uint32_t amax_key) {
   int64_t j = 0;
-  if constexpr (!std::is_same_v<Input, F16Input>) {
+  if constexpr (kHasAvx2Load<Input>) {
     const __m256 scale8 = _mm256_set1_ps(scale);
     __m256i keys = _mm256_setzero_si256();
     for (; j + 32 <= count; j += 32) {
-      __m256i codes[4];
+      __m256 scaled[4];
       for (int k = 0; k < 4; ++k) {
         const __m256 value = LoadAsFloats8<Input>(src + j + 8 * k);
         if constexpr (kKeepValues) _mm256_storeu_ps(values + j + 8 * k, value);
         keys = MaxAmaxKeys8(keys, value);
-        codes[k] = Fp8Codes8<Format>(_mm256_mul_ps(value, scale8));
+        scaled[k] = _mm256_mul_ps(value, scale8);
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + j),
-                          PackCodes32(codes[0], codes[1], codes[2], codes[3]));
+      StoreFp8Codes32<Format>(bytes + j, scaled);
     }
     amax_key = std::max(amax_key, HorizontalMaxKey(keys));
   }

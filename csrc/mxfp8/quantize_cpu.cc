@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "common/cpu_input.h"
@@ -56,33 +55,25 @@ __attribute__((target("avx2"))) void QuantizeBlocksAvx2(
     __m256 values[4];
     __m256i keys = _mm256_setzero_si256();
     for (int k = 0; k < 4; ++k) {
-      if constexpr (std::is_same_v<Input, Bf16Input>) {
-        values[k] = LoadBf16AsFloats8(src + 8 * k);
-      } else {
-        values[k] = LoadFloats8(src + 8 * k);
-      }
+      values[k] = LoadAsFloats8<Input>(src + 8 * k);
       keys = MaxAmaxKeys8(keys, values[k]);
     }
     const uint8_t scale =
         Mxfp8BlockScale<Format>(BitsToFloat(HorizontalMaxKey(keys)));
     scales[b] = scale;
     const __m256 factor = _mm256_set1_ps(E8m0ReciprocalScale(scale));
-    _mm256_storeu_si256(
-        reinterpret_cast<__m256i*>(out),
-        PackCodes32(Fp8Codes8<Format>(_mm256_mul_ps(values[0], factor)),
-                    Fp8Codes8<Format>(_mm256_mul_ps(values[1], factor)),
-                    Fp8Codes8<Format>(_mm256_mul_ps(values[2], factor)),
-                    Fp8Codes8<Format>(_mm256_mul_ps(values[3], factor))));
+    for (__m256& value : values) value = _mm256_mul_ps(value, factor);
+    StoreFp8Codes32<Format>(out, values);
   }
 }
 #endif
 
-// Whether the AVX2 copy of the kernel takes QuantizeBlockAvx2 for whole
-// blocks of this input type (float16's widening needs F16C).
+// Whether the AVX2 copy of the kernel takes QuantizeBlocksAvx2 for whole
+// blocks of this input type.
 template <typename Input, bool kAvx2>
 constexpr bool kIntrinsicBlocks =
 #if defined(EQX_QUANT_FP8_CAST_AVX2)
-    kAvx2 && !std::is_same_v<Input, F16Input>;
+    kAvx2 && kHasAvx2Load<Input>;
 #else
     false;
 #endif
@@ -166,13 +157,12 @@ __attribute__((target("avx2"))) void StoreTileRowAvx2(
     int64_t width, uint8_t* __restrict out) {
   int64_t j = 0;
   for (; j + 32 <= width; j += 32) {
-    __m256i codes[4];
+    __m256 scaled[4];
     for (int k = 0; k < 4; ++k) {
-      codes[k] = Fp8Codes8<Format>(_mm256_mul_ps(
-          _mm256_loadu_ps(values + j + 8 * k), _mm256_loadu_ps(factors + j + 8 * k)));
+      scaled[k] = _mm256_mul_ps(_mm256_loadu_ps(values + j + 8 * k),
+                                _mm256_loadu_ps(factors + j + 8 * k));
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
-                        PackCodes32(codes[0], codes[1], codes[2], codes[3]));
+    StoreFp8Codes32<Format>(out + j, scaled);
   }
   for (; j < width; ++j) out[j] = FloatToFp8<Format>(values[j] * factors[j]);
 }
@@ -228,16 +218,16 @@ inline __attribute__((always_inline)) void QuantizeTile(
                        workspace.factors);
   for (int64_t r = 0; r < tile.rows; ++r) {
     const int64_t row = tile.a * problem.blocked + tile.k0 + r;
+    const float* values = workspace.values + r * kTileCols;
     uint8_t* out = buffers.col + row * row_width + first_col;
 #if defined(EQX_QUANT_FP8_CAST_AVX2)
     if constexpr (kAvx2) {
-      StoreTileRowAvx2<Format>(workspace.values + r * kTileCols,
-                               workspace.factors, width, out);
-      continue;
-    }
+      StoreTileRowAvx2<Format>(values, workspace.factors, width, out);
+    } else
 #endif
-    StoreTileRow<Format>(workspace.values + r * kTileCols, workspace.factors,
-                         width, out);
+    {
+      StoreTileRow<Format>(values, workspace.factors, width, out);
+    }
   }
 }
 
