@@ -66,8 +66,12 @@ class AbstractRecipe(eqx.Module):
 
     def advance(self, state: ScalingState | None, observed) -> ScalingState | None:
         """The next state, given the observed `[amax, calls]` of each operand."""
+        return self.advance_all([state], [observed])[0]
+
+    def advance_all(self, states: list, observed: list) -> list:
+        """`advance` for many layers with this recipe at once (same order)."""
         del observed
-        return state
+        return list(states)
 
 
 class DelayedScaling(AbstractRecipe):
@@ -161,30 +165,53 @@ class DelayedScaling(AbstractRecipe):
         )
         return DenseQuantizers(grouped("x"), experts, grouped("grad"))
 
-    def advance(self, state: ScalingState | None, observed) -> ScalingState | None:
-        if state is None:
-            return None
+    def advance_all(self, states: list, observed: list) -> list:
+        """Every layer's operands of one role advance in one batched update: the scales and
+        histories of all of them are concatenated, updated together and split again, so that a
+        step of a deep model runs a few kernels for its scaling state rather than a few per
+        layer and operand."""
+        out = {}
+        for role in _ROLES:
+            rows = [
+                (i, getattr(s, role), getattr(o, role))
+                for i, (s, o) in enumerate(zip(states, observed, strict=True))
+                if s is not None and getattr(o, role) is not None
+            ]
+            if not rows:
+                continue
+            length = self.amax_history_len
+            for _, s, _ in rows:
+                if s.amax_history.shape[-1] != length:
+                    raise ValueError(
+                        f"DelayedScaling: a layer's {role} amax history has length "
+                        f"{s.amax_history.shape[-1]}, but the recipe's amax_history_len is "
+                        f"{length}; build the layer's state with this recipe's init_state()."
+                    )
+            scale = jnp.concatenate([s.scale_value().reshape(-1) for _, s, _ in rows])
+            history = jnp.concatenate([s.history_value().reshape(-1, length) for _, s, _ in rows])
+            obs = jnp.concatenate([o.reshape(-1, 2) for _, _, o in rows])
 
-        def one(role):
-            s, obs = getattr(state, role), getattr(observed, role)
-            if obs is None:
-                return s
-            scale, history = s.scale_value(), s.history_value()
-            lead = history.shape[:-1]
-            flat_scale = scale.reshape((-1, 1))
-            flat_history = history.reshape((-1, history.shape[-1]))
-            amax, calls = obs[..., 0].reshape(-1), obs[..., 1].reshape(-1)
-
-            def update(sc, h, a, c):
-                q = self._one(role, sc, h).update(a.reshape(1))
+            def update(sc, h, ob, role=role):
+                q = self._one(role, sc.reshape(1), h).update(ob[0].reshape(1))
                 # A layer its loss never reached observed nothing: its state stays.
-                keep = c == 0
-                return jnp.where(keep, sc, q.scale), jnp.where(keep, h, q.amax_history)
+                keep = ob[1] == 0
+                return jnp.where(keep, sc, q.scale[0]), jnp.where(keep, h, q.amax_history)
 
-            sc, h = jax.vmap(update)(flat_scale, flat_history, amax, calls)
-            return DelayedState.from_values(sc.reshape(scale.shape), h.reshape(lead + h.shape[-1:]))
-
-        return ScalingState(*(one(r) for r in _ROLES))
+            new_scale, new_history = jax.vmap(update)(scale, history, obs)
+            start = 0
+            for i, s, _ in rows:
+                lead = s.amax_history.shape[:-1]
+                n = math.prod(lead)
+                out[i, role] = DelayedState.from_values(
+                    new_scale[start : start + n].reshape(lead + (1,)),
+                    new_history[start : start + n].reshape(lead + (length,)),
+                )
+                start += n
+        return [
+            None if s is None
+            else ScalingState(*(out.get((i, r), getattr(s, r)) for r in _ROLES))
+            for i, s in enumerate(states)
+        ]
 
 
 class CurrentScaling(AbstractRecipe):

@@ -79,16 +79,23 @@ def _observe(fn: Callable, has_aux: bool):
 
 
 def _advance(model, observed):
-    """The model with each layer's state advanced by what it observed."""
+    """The model with each layer's state advanced by what it observed: the layers that share a
+    recipe advance together (`AbstractRecipe.advance_all`), one batched update per recipe."""
     observed = _checked(observed)
-
-    def step(layer, obs_layer):
-        if not _is_layer(layer) or layer.state is None:
-            return layer
-        obs = ScalingState(*(getattr(obs_layer.state, r) for r in _ROLES))
-        return eqx.tree_at(lambda m: m.state, layer, layer.recipe.advance(layer.state, obs))
-
-    return jax.tree.map(step, model, observed, is_leaf=_is_layer)
+    leaves, treedef = jax.tree.flatten(model, is_leaf=_is_layer)
+    obs_leaves = treedef.flatten_up_to(observed)
+    by_recipe: dict[Any, list[int]] = {}
+    for i, leaf in enumerate(leaves):
+        if _is_layer(leaf) and leaf.state is not None:
+            by_recipe.setdefault(leaf.recipe, []).append(i)
+    for recipe, indices in by_recipe.items():
+        obs = [
+            ScalingState(*(getattr(obs_leaves[i].state, r) for r in _ROLES)) for i in indices
+        ]
+        new = recipe.advance_all([leaves[i].state for i in indices], obs)
+        for i, state in zip(indices, new, strict=True):
+            leaves[i] = eqx.tree_at(lambda m: m.state, leaves[i], state)
+    return jax.tree.unflatten(treedef, leaves)
 
 
 def _checked(observed):

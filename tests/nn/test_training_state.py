@@ -413,3 +413,60 @@ def test_scan_over_stacked_layers_advances_each_state():
                                    np.asarray(nxt2[i].state.x.history_value()), rtol=1e-5)
         np.testing.assert_allclose(np.asarray(grads.weight[i]), np.asarray(grads2[i].weight),
                                    rtol=1e-4, atol=1e-6)
+
+
+def test_layers_sharing_a_recipe_advance_together_as_each_would_alone():
+    """`value_and_grad` advances all layers of one recipe in one batched update: a model
+    mixing two delayed recipes (history lengths 3 and 5), a stack of 2 layers and a layer the
+    loss never reaches gives, per layer and operand, TE's rule applied to that layer alone."""
+    short, long_ = qnn.DelayedScaling(amax_history_len=3), qnn.DelayedScaling(amax_history_len=5)
+    keys = jax.random.split(jax.random.key(3), 2)
+    model = {
+        "a": qnn.Linear(64, 32, recipe=short, key=jax.random.key(0)),
+        "b": qnn.Linear(32, 32, recipe=long_, key=jax.random.key(1)),
+        "stack": eqx.filter_vmap(lambda k: qnn.Linear(32, 32, recipe=short, key=k))(keys),
+        "unused": qnn.Linear(64, 32, recipe=short, key=jax.random.key(2)),
+        "plain": qnn.Linear(32, 8, recipe=qnn.CurrentScaling(), key=jax.random.key(4)),
+    }
+
+    def layer(stack, i):
+        return jax.tree.map(lambda a: a[i], stack)
+
+    def loss_fn(m, x):
+        h = m["b"](m["a"](x))
+        h = layer(m["stack"], 1)(layer(m["stack"], 0)(h) * 2.0)
+        return jnp.sum(m["plain"](h) ** 2)
+
+    step = eqx.filter_jit(qnn.value_and_grad(loss_fn))
+    xs = [_x(scale=4.0), _x(seed=7, scale=0.5)]
+    for x in xs:
+        # the amaxes each operand sees, from the same forward pass in float32
+        h0 = model["a"](x)
+        h1 = model["b"](h0)
+        h2 = layer(model["stack"], 0)(h1) * 2.0
+        inputs = {"a": x, "b": h0, "stack0": h1, "stack1": h2}
+        _, _, nxt = step(model, x)
+        for name, seen in inputs.items():
+            stacked = name.startswith("stack")
+            old = layer(model["stack"], int(name[-1])) if stacked else model[name]
+            new = layer(nxt["stack"], int(name[-1])) if stacked else nxt[name]
+            hist = np.asarray(old.state.x.history_value())
+            want_scale, want_hist = _te_update(
+                hist, np.float32(jnp.max(jnp.abs(seen))), scale=old.state.x.scale_value()[0]
+            )
+            np.testing.assert_allclose(np.asarray(new.state.x.history_value()), want_hist,
+                                       rtol=1e-5)
+            np.testing.assert_allclose(float(new.state.x.scale_value()[0]), want_scale,
+                                       rtol=1e-5)
+            w_scale, w_hist = _te_update(
+                np.asarray(old.state.kernel.history_value()),
+                np.float32(jnp.max(jnp.abs(old.weight))),
+                scale=old.state.kernel.scale_value()[0],
+            )
+            np.testing.assert_array_equal(np.asarray(new.state.kernel.history_value()), w_hist)
+            np.testing.assert_allclose(float(new.state.kernel.scale_value()[0]), w_scale,
+                                       rtol=1e-6)
+            assert np.asarray(new.state.grad.history_value())[-1] > 0
+        assert _bits_equal(nxt["unused"].state, model["unused"].state)
+        assert nxt["plain"].state is None
+        model = nxt
