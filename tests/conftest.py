@@ -3,6 +3,7 @@
 `EQX_QUANT_REQUIRE_CUDA=1` (set on the GPU machine) turns every skip whose reason mentions
 CUDA into a failure, so a GPU run cannot silently test nothing. `--shard=i/n` keeps every n-th
 collected test from the i-th on (`.ci/gpu_sanitize` runs shards side by side, one process each).
+Tests marked `long` run first.
 """
 
 import os
@@ -36,7 +37,15 @@ def _keep_shard(config, items):
     config.hook.pytest_deselected(items=dropped)
 
 
+def _long_first(items):
+    """The tests marked `long` (tens of seconds each) first, each group in collection order:
+    pytest-xdist hands tests out in order, and one of them started last would keep a single
+    worker busy after the others have finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_collection_modifyitems(config, items):
+    _long_first(items)
     _keep_shard(config, items)
     if os.environ.get("EQX_QUANT_REQUIRE_CUDA") != "1":
         return

@@ -34,6 +34,7 @@ pytestmark = [
                        reason="needs eqx_quant's CPU kernels"),
     pytest.mark.skipif(jax.default_backend() != "cpu",
                        reason="the GPU's own test is tests/cuda/test_cuda_large.py"),
+    pytest.mark.long,
 ]
 
 

@@ -66,7 +66,10 @@ TOO_SLOW = {
     ),
 }
 
-pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (c++ or g++) on PATH")
+pytestmark = [
+    pytest.mark.skipif(CXX is None, reason="no C++ compiler (c++ or g++) on PATH"),
+    pytest.mark.long,
+]
 
 
 def _tail(text: str) -> str:

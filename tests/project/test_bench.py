@@ -101,6 +101,7 @@ def _check_hand_written_nvfp4():
 
 @pytest.mark.skipif(jax.default_backend() != "cpu",
                     reason="a CPU smoke run; on a GPU, python -m eqx_quant.bench --gemms is run")
+@pytest.mark.long
 def test_gemm_bench_runs_and_writes_json(tmp_path):
     out = tmp_path / "gemm.json"
     sizes = ["64x32x48", "128x64x96"]

@@ -104,6 +104,7 @@ def _parse_rows(stdout: str) -> dict[tuple[str, str], dict]:
     return rows
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
 def test_example_runs(script):
     _check_ok(script, _run(script))
@@ -201,6 +202,7 @@ def test_fp8_training_example():
     assert rows[-1][2] < rows[0][2] / 5, proc.stdout
 
 
+@pytest.mark.long
 def test_readme_snippets_run():
     """The README's Python blocks run in order in one fresh interpreter, and the GEMM lines
     give what their comments say (bfloat16[256, 128])."""
@@ -216,6 +218,7 @@ def test_readme_snippets_run():
     assert proc.stdout.split()[-3:] == ["bfloat16", "(256,", "128)"], proc.stdout
 
 
+@pytest.mark.long
 def test_char_lm_fp8_tracks_bf16(tmp_path):
     """The README's main job: the small run of every recipe, from one initialisation. FP8
     (delayed and current scaling), MXFP8 and FP8 block-scaled validation losses stay within 3%

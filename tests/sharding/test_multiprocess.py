@@ -38,6 +38,7 @@ def _check(proc: subprocess.Popen | subprocess.CompletedProcess, what: str) -> N
     assert proc.returncode == 0, f"{what} exited with {proc.returncode}"
 
 
+@pytest.mark.long
 def test_two_processes_match_one(tmp_path):
     one = tmp_path / "one.npz"
     proc = subprocess.run([sys.executable, str(WORKER), "0", "1", "0", str(one)], env=_env(),
