@@ -9,7 +9,14 @@ import pytest
 import eqx_quant as eqq
 from tests.oracle import fp8 as oracle
 from tests.support.bytes import assert_same_bytes, f32_bits_equal
-from tests.support.cases import LAYOUTS, SHAPES, random_input, rounding_tie_rows
+from tests.support.cases import (
+    LAYOUTS,
+    ODD_SHAPES,
+    TE_SHAPES,
+    every_then_cycled,
+    random_input,
+    rounding_tie_rows,
+)
 from tests.support.dtypes import NP_Q_DTYPES, Q_DTYPES, X_DTYPES
 from tests.support.kernels import impls
 
@@ -29,10 +36,14 @@ def _check_against_oracle(t, expected, layout, what):
         assert t.colwise is None
 
 
+# Every input and output dtype on TE's shapes; on the odd shapes they take turns.
+CURRENT_CASES = every_then_cycled(
+    TE_SHAPES, ODD_SHAPES, [(xd, q) for xd in X_DTYPES for q in Q_DTYPES]
+)
+
+
 @pytest.mark.parametrize("impl", impls())
-@pytest.mark.parametrize("q", Q_DTYPES)
-@pytest.mark.parametrize("xd", X_DTYPES)
-@pytest.mark.parametrize("shape,fa", SHAPES, ids=str)
+@pytest.mark.parametrize("shape,fa,xd,q", CURRENT_CASES, ids=str)
 def test_current_scaling_bit_exact(shape, fa, xd, q, impl):
     _current_scaling_case(shape, fa, xd, q, eqq.QuantizeLayout.ROWWISE_COLWISE, impl)
 
@@ -148,8 +159,9 @@ def test_scale_from_amax_in_the_op(impl, n_batch):
 
 
 @pytest.mark.parametrize("impl", impls())
-@pytest.mark.parametrize("xd", X_DTYPES)
-@pytest.mark.parametrize("shape,fa", SHAPES, ids=str)
+@pytest.mark.parametrize(
+    "shape,fa,xd", every_then_cycled(TE_SHAPES, ODD_SHAPES, [(xd,) for xd in X_DTYPES]), ids=str
+)
 def test_dbias_bit_exact(shape, fa, xd, impl):
     x = random_input(shape, X_DTYPES[xd], seed=11)
     quantizer = eqq.CurrentScaleQuantizer(q_layout=eqq.QuantizeLayout.ROWWISE)

@@ -31,6 +31,16 @@ ODD_SHAPES = [
 SHAPES = TE_SHAPES + ODD_SHAPES
 
 
+def every_then_cycled(full, cycled, combos) -> list[tuple]:
+    """Cases `(*case, *combo)`: each case of `full` with every combination in `combos`, then
+    each case of `cycled` with one combination in turn. The odd shapes exercise edges and
+    partial tiles, not dtypes, so every dtype still meets them without the full product."""
+    combos = list(combos)
+    return [(*case, *combo) for case in full for combo in combos] + [
+        (*case, *combos[i % len(combos)]) for i, case in enumerate(cycled)
+    ]
+
+
 def random_input(shape, dtype, seed=0, scale=3.0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape).astype(np.float32) * scale
