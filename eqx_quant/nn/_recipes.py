@@ -6,6 +6,7 @@ delayed scaling the layer's initial state and the rule that advances it.
 """
 
 import abc
+import itertools
 import math
 from typing import Literal
 
@@ -177,40 +178,43 @@ class DelayedScaling(AbstractRecipe):
                 for i, (s, o) in enumerate(zip(states, observed, strict=True))
                 if s is not None and getattr(o, role) is not None
             ]
-            if not rows:
-                continue
-            length = self.amax_history_len
-            for _, s, _ in rows:
-                if s.amax_history.shape[-1] != length:
-                    raise ValueError(
-                        f"DelayedScaling: a layer's {role} amax history has length "
-                        f"{s.amax_history.shape[-1]}, but the recipe's amax_history_len is "
-                        f"{length}; build the layer's state with this recipe's init_state()."
-                    )
-            scale = jnp.concatenate([s.scale_value().reshape(-1) for _, s, _ in rows])
-            history = jnp.concatenate([s.history_value().reshape(-1, length) for _, s, _ in rows])
-            obs = jnp.concatenate([o.reshape(-1, 2) for _, _, o in rows])
-
-            def update(sc, h, ob, role=role):
-                q = self._one(role, sc.reshape(1), h).update(ob[0].reshape(1))
-                # A layer its loss never reached observed nothing: its state stays.
-                keep = ob[1] == 0
-                return jnp.where(keep, sc, q.scale[0]), jnp.where(keep, h, q.amax_history)
-
-            new_scale, new_history = jax.vmap(update)(scale, history, obs)
-            start = 0
-            for i, s, _ in rows:
-                lead = s.amax_history.shape[:-1]
-                n = math.prod(lead)
-                out[i, role] = DelayedState.from_values(
-                    new_scale[start : start + n].reshape(lead + (1,)),
-                    new_history[start : start + n].reshape(lead + (length,)),
-                )
-                start += n
+            if rows:
+                new = self._advance_role(role, [s for _, s, _ in rows], [o for _, _, o in rows])
+                out.update(((i, role), n) for (i, _, _), n in zip(rows, new, strict=True))
         return [
             None if s is None
             else ScalingState(*(out.get((i, r), getattr(s, r)) for r in _ROLES))
             for i, s in enumerate(states)
+        ]
+
+    def _advance_role(self, role: str, states: list, observed: list) -> list:
+        """TE's rule once over the concatenated rows of `states` (one operand role)."""
+        length = self.amax_history_len
+        for s in states:
+            if s.amax_history.shape[-1] != length:
+                raise ValueError(
+                    f"DelayedScaling: a layer's {role} amax history has length "
+                    f"{s.amax_history.shape[-1]}, but the recipe's amax_history_len is "
+                    f"{length}; build the layer's state with this recipe's init_state()."
+                )
+        scale = jnp.concatenate([s.scale_value().reshape(-1) for s in states])
+        history = jnp.concatenate([s.history_value().reshape(-1, length) for s in states])
+        obs = jnp.concatenate([o.reshape(-1, 2) for o in observed])
+
+        def update(sc, h, ob):
+            q = self._one(role, sc.reshape(1), h).update(ob[0].reshape(1))
+            # A layer its loss never reached observed nothing: its state stays.
+            keep = ob[1] == 0
+            return jnp.where(keep, sc, q.scale[0]), jnp.where(keep, h, q.amax_history)
+
+        new_scale, new_history = jax.vmap(update)(scale, history, obs)
+        leads = [s.amax_history.shape[:-1] for s in states]
+        ends = list(itertools.accumulate(math.prod(lead) for lead in leads))[:-1]
+        return [
+            DelayedState.from_values(sc.reshape(lead + (1,)), h.reshape(lead + (length,)))
+            for lead, sc, h in zip(
+                leads, jnp.split(new_scale, ends), jnp.split(new_history, ends), strict=True
+            )
         ]
 
 
