@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.bytes import assert_same_bytes, u8
-from tests.support.cases import random_input
+from tests.support.cases import every_then_cycled, random_input
 from tests.support.kernels import fast_impl
 
 LAYOUT = eqq.QuantizeLayout.ROWWISE_COLWISE
@@ -65,9 +65,14 @@ def test_vmap_is_per_example(name):
 
 
 
-@pytest.mark.parametrize("name", list(QUANTIZERS))
-@pytest.mark.parametrize("shape", [(3, 16, 64), (3, 0, 64), (3, 16, 0), (0, 16, 64)])
-def test_vmap_reference_per_example(name, shape):
+# Every format on whole examples; the empty shapes one format each, in turn.
+VMAP_REFERENCE_CASES = every_then_cycled(
+    [((3, 16, 64),)], [((3, 0, 64),), ((3, 16, 0),), ((0, 16, 64),)], [(n,) for n in QUANTIZERS]
+)
+
+
+@pytest.mark.parametrize("shape,name", VMAP_REFERENCE_CASES, ids=str)
+def test_vmap_reference_per_example(shape, name):
     """The pure-JAX reference under vmap equals its per-example calls and the kernel, for
     examples of zero elements too, and for NVFP4 without SR, whose key words are `(0,)`
     per example (both once raised ZeroDivisionError: the batch was flattened with -1)."""
