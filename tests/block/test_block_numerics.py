@@ -18,7 +18,7 @@ from eqx_quant.reference import nvfp4 as nv_ref
 from tests.oracle import blocks as oracle_blocks
 from tests.oracle import nd as oracle_nd
 from tests.support.bytes import assert_same_bytes, f32_bits_equal, u8
-from tests.support.cases import random_input
+from tests.support.cases import every_then_cycled, random_input
 from tests.support.kernels import fast_impl
 
 IMPL = fast_impl()
@@ -134,9 +134,15 @@ def _applicable(name, shape, fa):
     return True
 
 
+# Every mode on one aligned shape and the partial-block ones; the other shapes in turn.
+_EDGES = [((32, 64), -1), ((4, 100, 64), -2), ((33, 65), -1), ((7, 13), -1)]
+KERNEL_ORACLE_CASES = every_then_cycled(
+    _EDGES, [case for case in SHAPES if case not in _EDGES], [(name,) for name in MODES]
+)
+
+
 @pytest.mark.skipif(IMPL == "reference", reason="the full matrix needs the CPU kernels")
-@pytest.mark.parametrize("name", list(MODES))
-@pytest.mark.parametrize("shape,fa", SHAPES)
+@pytest.mark.parametrize("shape,fa,name", KERNEL_ORACLE_CASES, ids=str)
 def test_kernels_match_oracle(name, shape, fa):
     if not _applicable(name, shape, fa):
         pytest.skip("RHT needs the blocked axis % 16 == 0 (tested in test_block_errors)")

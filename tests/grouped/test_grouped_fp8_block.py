@@ -225,8 +225,11 @@ def test_cpu_kernel_is_bit_exact_with_the_reference(block, dtype, q_dtype, power
     x = jnp.asarray(_special_input(dtype)[:rows])
     gs = jnp.asarray(sizes, jnp.int32)
     what = f"{block} {jnp.dtype(dtype).name} {jnp.dtype(q_dtype).name} sizes={sizes} R={rows}"
-    for layout in eqq.QuantizeLayout.ROWWISE, eqq.QuantizeLayout.COLWISE, \
-            eqq.QuantizeLayout.ROWWISE_COLWISE:
+    # Each layout alone on the main sizes; both at once on every case.
+    layouts = [eqq.QuantizeLayout.ROWWISE_COLWISE]
+    if sizes == SIZES:
+        layouts += [eqq.QuantizeLayout.ROWWISE, eqq.QuantizeLayout.COLWISE]
+    for layout in layouts:
         q = eqq.Float8BlockQuantizer(q_dtype, block, power_2, eps, q_layout=layout)
         run = {impl: jax.jit(lambda x, s, impl=impl: eqq.grouped_quantize(
             x, s, q, impl=impl, check=False)) for impl in ("ffi", "reference")}

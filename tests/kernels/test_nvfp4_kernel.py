@@ -18,6 +18,7 @@ Compile time: the reference's bit-level cores take seconds to compile, so they r
 eagerly on fixed-size chunks of blocks, each jitted once (`_chunked`).
 """
 
+import itertools
 import math
 import zlib
 
@@ -28,6 +29,7 @@ import pytest
 from eqx_quant.reference import ieee as ieee_ref
 from eqx_quant.reference import nvfp4 as nv_ref
 from tests.support.bytes import assert_bytes
+from tests.support.cases import every_then_cycled
 from tests.support.dtypes import X_DTYPES
 from tests.support.nvfp4_kernel import (  # noqa: F401 (fixtures)
     MASK,
@@ -63,9 +65,14 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", list(X_DTYPES))
-@pytest.mark.parametrize("shape,fa", SHAPES, ids=[f"{s}-fa{f}" for s, f in SHAPES])
-@pytest.mark.parametrize("mode", ["1d", "2d", "rht"])
+# Every (mode, dtype) on the first three shapes; the others one in turn, the last (large:
+# float32 only in 2d) twice.
+BOTH_CASES = every_then_cycled(
+    SHAPES[:3], SHAPES[3:-1], itertools.product(["1d", "2d", "rht"], list(X_DTYPES))
+) + [(*SHAPES[-1], "2d", "f32"), (*SHAPES[-1], "1d", "bf16")]
+
+
+@pytest.mark.parametrize("shape,fa,mode,dtype", BOTH_CASES, ids=str)
 def test_quantize_both(shape, fa, dtype, mode):
     if mode == "rht" and not rht_ok(shape, fa):
         pytest.skip("RHT needs K % 16 == 0")

@@ -40,6 +40,17 @@ def _recipes():
     }
 
 
+@jax.jit
+def _one_device(x, w, sizes, q):
+    """One device's forward and gradients (one compilation for every device's shapes)."""
+
+    def loss(x, w, q):
+        return jnp.sum(eqq.grouped_dense(x, w, sizes, quantizers=q, check=False) ** 2)
+
+    y = eqq.grouped_dense(x, w, sizes, quantizers=q, check=False)
+    return y, *jax.grad(loss, argnums=(0, 1, 2))(x, w, q)
+
+
 def _per_device(qs, x, w, sizes):
     """Each device's grouped_dense on its own rows and experts, concatenated."""
     ys, dxs, dws, states = [], [], [], []
@@ -47,14 +58,8 @@ def _per_device(qs, x, w, sizes):
         rows = slice(d * PER_DEVICE_ROWS, (d + 1) * PER_DEVICE_ROWS)
         experts = slice(d * PER_DEVICE_GROUPS, (d + 1) * PER_DEVICE_GROUPS)
         q = jax.tree.map(lambda a: a[experts] if a.ndim and a.shape[0] == G else a, qs)
-
-        def loss(x, w, q, experts=experts):
-            y = eqq.grouped_dense(x, w, sizes[experts], quantizers=q, check=False)
-            return jnp.sum(y ** 2)
-
-        ys.append(eqq.grouped_dense(x[rows], w[experts], sizes[experts], quantizers=q,
-                                    check=False))
-        dx, dw, nq = jax.grad(loss, argnums=(0, 1, 2))(x[rows], w[experts], q)
+        y, dx, dw, nq = _one_device(x[rows], w[experts], sizes[experts], q)
+        ys.append(y)
         dxs.append(dx)
         dws.append(dw)
         states.append(nq)
