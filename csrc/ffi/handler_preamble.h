@@ -53,7 +53,7 @@ xla::ffi::Error RunCpuKernel(const xla::ffi::ErrorOr<Call>& call,
 
 // A CUDA handler's body: the preamble's error, or launch(problem, buffers,
 // stream) with its launch status turned into the handler's error by
-// `to_error` (the family's handlers_cuda.cu says which error code a failure
+// `to_error` (the family's handlers_cuda.cc says which error code a failure
 // that is not a CUDA error gets).
 template <typename Call, typename Launch, typename Stream, typename ToError>
 xla::ffi::Error EnqueueCudaKernel(const xla::ffi::ErrorOr<Call>& call,

@@ -51,13 +51,13 @@ if(_eqx_quant_build_gemm)
   set(_eqx_quant_type_F32 "float")
   # The FP8 block-scaled GEMM (gemm/fp8_block_gemm_cuda.h): one file per B scale granularity
   # and output type.
-  set(_eqx_quant_gemm_sources gemm/grouped_gemm_dispatch_cuda.cu gemm/handlers_cuda.cu
-    gemm/fp8_block_gemm_handler_cuda.cu gemm/fp8_block_gemm_tiles_cuda.cu
+  set(_eqx_quant_gemm_sources gemm/grouped_gemm_dispatch_cuda.cu gemm/handlers_cuda.cc
+    gemm/fp8_block_gemm_handler_cuda.cc gemm/fp8_block_gemm_tiles_cuda.cu
     gemm/fp8_block_gemm_rows_cuda.cu gemm/fp8_block_gemm_tiles_bf16_cuda.cu
     gemm/fp8_block_gemm_rows_bf16_cuda.cu
     # The grouped FP8 block-scaled GEMM (gemm/grouped_fp8_block_gemm_cuda.h): its handler and
     # one file per B scale granularity and output type.
-    gemm/grouped_fp8_block_gemm_handler_cuda.cu gemm/grouped_fp8_block_gemm_tiles_bf16_cuda.cu
+    gemm/grouped_fp8_block_gemm_handler_cuda.cc gemm/grouped_fp8_block_gemm_tiles_bf16_cuda.cu
     gemm/grouped_fp8_block_gemm_tiles_f32_cuda.cu gemm/grouped_fp8_block_gemm_rows_bf16_cuda.cu
     gemm/grouped_fp8_block_gemm_rows_f32_cuda.cu)
   foreach(_instance IN LISTS _eqx_quant_gemm_instances)
@@ -89,7 +89,8 @@ if(_eqx_quant_build_gemm)
   add_library(eqx_quant_gemm_cuda OBJECT ${_eqx_quant_gemm_sources})
   target_include_directories(eqx_quant_gemm_cuda PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}")
   target_include_directories(eqx_quant_gemm_cuda SYSTEM PRIVATE
-    "${XLA_FFI_INCLUDE_DIR}" "${EQX_QUANT_CUTLASS_INCLUDE_DIR}")
+    "${XLA_FFI_INCLUDE_DIR}" "${EQX_QUANT_CUTLASS_INCLUDE_DIR}"
+    "$<$<COMPILE_LANGUAGE:CXX>:${CUDAToolkit_INCLUDE_DIRS}>")  # the handlers (C++)
   # NDEBUG: CUTLASS's device asserts are calls, which serialize the wgmma
   # pipeline. No -Wextra: CUTLASS's headers are not ours to fix.
   target_compile_options(eqx_quant_gemm_cuda PRIVATE
