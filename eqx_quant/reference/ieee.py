@@ -73,19 +73,21 @@ def _operands(a: Array, b: Array):
 
 
 def divide(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
-    """Correctly rounded float32 `a / b` (26-step integer long division)."""
+    """Correctly rounded float32 `a / b`: the 26-bit quotient of the significands by long
+    division in four uint32 integer divisions (7 + 6 + 6 + 6 quotient bits after the leading
+    one), then one rounding."""
     sign, (a_nan, a_inf, a_zero, sig_a, exp_a), (b_nan, b_inf, b_zero, sig_b, exp_b) = _operands(
         a, b
     )
     smaller = sig_a < sig_b
-    rem = jnp.where(smaller, sig_a << 1, sig_a)
+    rem = jnp.where(smaller, sig_a << 1, sig_a)  # in [sig_b, 2 sig_b) < 2^25 when finite
     exp = exp_a - exp_b - smaller.astype(jnp.int32)
     sig_b = jnp.where(sig_b == 0, _u32(1), sig_b)
     quot = jnp.zeros_like(rem)
-    for _ in range(26):
-        bit = rem >= sig_b
-        quot = (quot << 1) | bit.astype(jnp.uint32)
-        rem = jnp.where(bit, rem - sig_b, rem) << 1
+    for chunk in (7, 6, 6, 6):  # rem << chunk stays below 2^32
+        shifted = rem << _u32(chunk)
+        quot = (quot << _u32(chunk)) | lax.div(shifted, sig_b)
+        rem = lax.rem(shifted, sig_b)
     mag = _round_pack(exp, quot, rem != 0)
     mag = jnp.where(a_zero | b_inf, _u32(0), mag)
     mag = jnp.where(a_inf | b_zero, _u32(_INF), mag)

@@ -26,9 +26,6 @@ from jaxtyping import Array, Float, Shaped, UInt8
 from .ieee import (
     FP8_FORMATS,
     FP8_NAN_BYTE,
-    _classify,
-    _round_pack,
-    _unpack,
     bits,
     encode_float_bits,
     from_bits,
@@ -58,34 +55,6 @@ def dtype_name(dtype) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Format helpers (also used by nvfp4.py)
-
-
-def divide_rolled(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
-    """Correctly rounded float32 `a / b`, bit for bit `ieee.divide`, with the 26 long-division
-    steps in a `fori_loop` instead of unrolled: a much smaller graph (NVFP4 needs three
-    chained divisions per quantize, which otherwise dominate compile time)."""
-    ia, ib = bits(a), bits(b)
-    sign = (ia ^ ib) & _u32(0x80000000)
-    mag_a, a_nan, a_inf, a_zero = _classify(ia)
-    mag_b, b_nan, b_inf, b_zero = _classify(ib)
-    sig_a, exp_a = _unpack(mag_a)
-    sig_b, exp_b = _unpack(mag_b)
-    smaller = sig_a < sig_b
-    rem = jnp.where(smaller, sig_a << 1, sig_a)
-    exp = exp_a - exp_b - smaller.astype(jnp.int32)
-    sig_b = jnp.where(sig_b == 0, _u32(1), sig_b)
-
-    def step(_, carry):
-        quot, rem = carry
-        bit = rem >= sig_b
-        return (quot << 1) | bit.astype(jnp.uint32), jnp.where(bit, rem - sig_b, rem) << 1
-
-    quot, rem = lax.fori_loop(0, 26, step, (jnp.zeros_like(rem), rem))
-    mag = _round_pack(exp, quot, rem != 0)
-    mag = jnp.where(a_zero | b_inf, _u32(0), mag)
-    mag = jnp.where(a_inf | b_zero, _u32(_INF), mag)
-    nan = a_nan | b_nan | (a_inf & b_inf) | (a_zero & b_zero)
-    return from_bits(jnp.where(nan, _u32(0x7FC00000), mag | sign))
 
 
 # (mant, emin, max_code (inf), nan_code, sign_bit) of the 16-bit float formats.

@@ -24,14 +24,13 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Shaped, UInt8
 
-from .ieee import add, bits, encode_float_bits, from_bits, multiply, to_fp8_bytes
+from .ieee import add, bits, divide, encode_float_bits, from_bits, multiply, to_fp8_bytes
 from .mxfp8 import (
     FLT_MAX_BITS,
     block_amax,
     byte_view,
     cdiv,
     decode_bytes,
-    divide_rolled,
     fp8_decode_table,
     from_byte_view,
     round_to_dtype,
@@ -94,7 +93,7 @@ def decode_e4m3(u: UInt8[Array, "..."]) -> Float[Array, "..."]:
 def global_encode_scale(amax_g: Float[Array, "*b"]) -> Float[Array, "*b"]:
     """`S_enc = fminf(2688 / amax_g, FLT_MAX)`, or 1 where `amax_g == 0` or the quotient is 0
     (amax_g = inf). A NaN amax_g gives FLT_MAX (fminf drops the NaN), as in the kernel."""
-    s = bits(divide_rolled(jnp.full_like(amax_g, GLOBAL_ENC_NUMERATOR), amax_g))
+    s = bits(divide(jnp.full_like(amax_g, GLOBAL_ENC_NUMERATOR), amax_g))
     s_nan = (s & _u32(0x7FFFFFFF)) > _u32(0x7F800000)
     s = jnp.where(s_nan | (s == _u32(0x7F800000)), _u32(FLT_MAX_BITS), s)
     a_zero = (bits(amax_g) & _u32(0x7FFFFFFF)) == 0
@@ -111,9 +110,9 @@ def block_scale_bytes(amax_b: Float[Array, "*b"], s_enc: Float[Array, "*#b"]) ->
 
 def block_encode_scale(sdb: UInt8[Array, "*b"], s_enc: Float[Array, "*#b"]) -> Float[Array, "*b"]:
     """Per-element multiplier `fminf(1 / (float(sdb) * fl(1/S_enc)), FLT_MAX)`."""
-    s_dec = divide_rolled(jnp.ones_like(s_enc), s_enc)
+    s_dec = divide(jnp.ones_like(s_enc), s_enc)
     denom = multiply(decode_e4m3(sdb), jnp.broadcast_to(s_dec, sdb.shape))
-    enc = bits(divide_rolled(jnp.ones_like(denom), denom))
+    enc = bits(divide(jnp.ones_like(denom), denom))
     return from_bits(jnp.minimum(enc, _u32(FLT_MAX_BITS)))  # enc >= 0; inf -> FLT_MAX
 
 
@@ -138,7 +137,7 @@ def nvfp4_encode_blocks(
 def global_decode_scale(amax_g: Float[Array, "*b"]) -> Float[Array, "*b"]:
     """`fl(amax_g / 2688)`: the per-tensor factor of the dequantization (TE's
     `tensor_scale_inv`). Computed once per tensor, then broadcast to the blocks."""
-    return divide_rolled(amax_g, jnp.full_like(amax_g, GLOBAL_ENC_NUMERATOR))
+    return divide(amax_g, jnp.full_like(amax_g, GLOBAL_ENC_NUMERATOR))
 
 
 def decode_blocks(codes, sdb, tsi, rht_mask: int | None):

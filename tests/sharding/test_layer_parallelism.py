@@ -65,6 +65,10 @@ def _close(got, want, what):
     np.testing.assert_allclose(got, want, atol=1e-5 * scale, rtol=1e-5, err_msg=what)
 
 
+# One compilation per recipe (per test process) for the unsharded side.
+_unsharded_value_and_grad = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2, 3)))
+
+
 # Every recipe in every layout; FSDP (both mesh axes on x and the kernel) under both axis
 # types, the other layouts under one, Explicit and Auto in turn over the recipes.
 DENSE_CASES = [
@@ -83,8 +87,7 @@ def test_dense_forward_and_gradient_match_unsharded(recipe, layout, axis_type):
     qs = RECIPES[recipe]()
     x, kernel, bias = _inputs()
     x_spec, k_spec, out = LAYOUTS[layout]
-    grad = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2, 3)))
-    want_loss, want = grad(x, kernel, bias, qs)
+    want_loss, want = _unsharded_value_and_grad(x, kernel, bias, qs)
     mesh = _mesh(axis_type)
     xs = jax.device_put(x, NamedSharding(mesh, x_spec))
     ks = jax.device_put(kernel, NamedSharding(mesh, k_spec))
