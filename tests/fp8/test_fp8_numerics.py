@@ -38,9 +38,9 @@ def _check_against_oracle(t, expected, layout, what):
         assert t.colwise is None
 
 
-# Every input and output dtype on TE's shapes; on the odd shapes they take turns.
+# Every input and output dtype on TE's first three shapes; on the others they take turns.
 CURRENT_CASES = every_then_cycled(
-    TE_SHAPES, ODD_SHAPES, [(xd, q) for xd in X_DTYPES for q in Q_DTYPES]
+    TE_SHAPES[:3], TE_SHAPES[3:] + ODD_SHAPES, [(xd, q) for xd in X_DTYPES for q in Q_DTYPES]
 )
 
 

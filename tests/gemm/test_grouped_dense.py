@@ -71,8 +71,12 @@ def test_grouped_dense_forward_and_backward(recipe):
     def f(x, kernel, bias, qs):
         return eqq.grouped_dense(x, kernel, sizes, bias, quantizers=qs, key=key, check=False)
 
-    y, pullback = jax.vjp(f, x, kernel, bias, qs)
-    dx, dk, db, next_qs = pullback(dy)
+    @jax.jit
+    def forward_and_backward(x, kernel, bias, qs):
+        y, pullback = jax.vjp(f, x, kernel, bias, qs)
+        return y, pullback(dy)
+
+    y, (dx, dk, db, next_qs) = forward_and_backward(x, kernel, bias, qs)
 
     # What the layer must have read: our quantize ops (bit-exact elsewhere) of each operand.
     gx = eqq.grouped_quantize(x, sizes, qs.x, check=False)
