@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 import eqx_quant as eqq
 from tests.oracle import fp8_block as oracle
 from tests.support.bytes import assert_same_bytes, f32_bits_equal
-from tests.support.cases import every_then_cycled, random_input
+from tests.support.cases import every_then_cycled, product_with_one_in_turn, random_input
 from tests.support.kernels import impls
 
 IMPLS = impls()  # the CPU kernel (where built) and the pure-JAX reference
@@ -57,19 +57,14 @@ def test_matches_oracle(shape, fa, dtype, block, impl):
     _check(x, eqq.Float8BlockQuantizer(block=block), fa, f"{shape} {dtype} {block}", impl)
 
 
-# Every (power_2, epsilon, block, impl); the FP8 format by the parity of the option indices,
-# so each format meets each value of every option.
-FP8_FORMATS = (jnp.float8_e4m3fn, jnp.float8_e5m2)
-SCALE_OPTION_CASES = [
-    (FP8_FORMATS[(p2 + (eps > 0) + (block != "1x128") + (impl != "reference")) % 2],
-     p2, eps, block, impl)
-    for p2, eps, block, impl in itertools.product(
-        [True, False], [0.0, 0.25], ["1x128", "128x128"], IMPLS
-    )
-]
+# Every (power_2, epsilon, block, impl), each FP8 format on half of them (each value of every
+# option meets both formats).
+SCALE_OPTION_CASES = product_with_one_in_turn(
+    (jnp.float8_e4m3fn, jnp.float8_e5m2), [False, True], [0.0, 0.25], ["1x128", "128x128"], IMPLS
+)
 
 
-@pytest.mark.parametrize("q_dtype,power_2,epsilon,block,impl", SCALE_OPTION_CASES, ids=str)
+@pytest.mark.parametrize("power_2,epsilon,block,impl,q_dtype", SCALE_OPTION_CASES, ids=str)
 def test_scale_options_match_oracle(q_dtype, power_2, epsilon, block, impl):
     x = _x((200, 260), jnp.bfloat16, seed=5, scale=0.5)
     x[:, 128:256] *= 1e-3  # blocks whose amax is below the epsilon
@@ -96,15 +91,12 @@ def _special_input(dtype):
 
 
 # Every (dtype, block, impl); power-of-two scales in turn over them.
-SPECIAL_CASES = [
-    (dtype, block, (i + j + k) % 2 == 0, impl)
-    for i, dtype in enumerate(sorted(DTYPES))
-    for j, block in enumerate(["1x128", "128x128"])
-    for k, impl in enumerate(IMPLS)
-]
+SPECIAL_CASES = product_with_one_in_turn(
+    (True, False), sorted(DTYPES), ["1x128", "128x128"], IMPLS
+)
 
 
-@pytest.mark.parametrize("dtype,block,power_2,impl", SPECIAL_CASES, ids=str)
+@pytest.mark.parametrize("dtype,block,impl,power_2", SPECIAL_CASES, ids=str)
 def test_special_values(dtype, block, power_2, impl):
     """Zero blocks (scale 1), subnormal blocks (the scale overflows to x's dtype's largest
     value), values near the dtype's max, NaN (ignored by the amax, NaN out), +-Inf (amax inf:

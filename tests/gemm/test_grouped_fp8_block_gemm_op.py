@@ -17,6 +17,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from eqx_quant._ops.grouped_fp8_block_gemm import KERNEL_BY_DEFAULT, grouped_fp8_block_gemm
+from tests.support.cases import product_with_one_in_turn
 
 BLOCK = 128
 
@@ -102,11 +103,7 @@ CASES = {
 
 
 # Every case with both B scale granularities, the output dtype in turn.
-BOUND_CASES = [
-    (case, b_tiles, (jnp.float32, jnp.bfloat16)[(i + j) % 2])
-    for i, case in enumerate(CASES)
-    for j, b_tiles in enumerate((True, False))
-]
+BOUND_CASES = product_with_one_in_turn((jnp.float32, jnp.bfloat16), list(CASES), (True, False))
 
 
 @pytest.mark.parametrize("case,b_tiles,out_dtype", BOUND_CASES, ids=str)

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 import eqx_quant as eqq
 from tests.support.bytes import assert_same_bytes, f32_bits_equal
-from tests.support.cases import random_input
+from tests.support.cases import product_with_one_in_turn, random_input
 from tests.support.kernels import impls
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
@@ -46,11 +46,7 @@ def _x():
 
 
 # Every format under both specs, each spec on the two implementations in turn.
-QUANTIZE_CASES = [
-    (name, spec, impls()[(i + j) % len(impls())])
-    for i, name in enumerate(sorted(QUANTIZERS))
-    for j, spec in enumerate(SPECS)
-]
+QUANTIZE_CASES = product_with_one_in_turn(impls(), sorted(QUANTIZERS), SPECS)
 
 
 @pytest.mark.parametrize("name,spec,impl", QUANTIZE_CASES, ids=str)

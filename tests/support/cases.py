@@ -1,5 +1,7 @@
 """Shapes, layouts and inputs shared by the FP8 and block-format tests."""
 
+import itertools
+
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -38,6 +40,16 @@ def every_then_cycled(full, cycled, combos) -> list[tuple]:
     combos = list(combos)
     return [(*case, *combo) for case in full for combo in combos] + [
         (*case, *combos[i % len(combos)]) for i, case in enumerate(cycled)
+    ]
+
+
+def product_with_one_in_turn(choices, *axes) -> list[tuple]:
+    """Cases `(*combination, choice)`: every combination of the `axes`' values, each with the
+    choice at the sum of the combination's indices modulo `len(choices)`, so that every
+    choice meets every value of each axis without the full product."""
+    return [
+        (*(axis[i] for axis, i in zip(axes, index)), choices[sum(index) % len(choices)])
+        for index in itertools.product(*(range(len(axis)) for axis in axes))
     ]
 
 
