@@ -101,6 +101,16 @@ EQX_QUANT_HOST_DEVICE inline uint8_t FloatToE2M1Stochastic(float value,
   return static_cast<uint8_t>(code);
 }
 
+// f32 value of an E2M1 code (0, 0.5, 1, 1.5, 2, 3, 4, 6; sign at bit 3),
+// exact, built from its bits (an indexed constant table would live in a GPU's
+// local memory).
+EQX_QUANT_HOST_DEVICE inline float E2M1ToFloat(uint32_t code) {
+  const uint32_t e = (code >> 1) & 3u;
+  const uint32_t m = code & 1u;
+  const uint32_t magnitude = e != 0 ? ((126u + e) << 23) | (m << 22) : m * 0x3F000000u;
+  return BitsToFloat(((code & 8u) << 28) | magnitude);
+}
+
 // f32 value of an E4M3 (fn) byte; 0x7F / 0xFF are NaN. Exact.
 EQX_QUANT_HOST_DEVICE inline float E4M3ToFloat(uint8_t byte) {
   const uint32_t sign = static_cast<uint32_t>(byte & 0x80u) << 24;

@@ -5,9 +5,8 @@
 // multiplies on Hopper (no block-scaled MMA), bit for bit the pure-JAX
 // dequantize (reference/blocks_nd.py mxfp8_dequantize).
 //
-// The part is viewed as (A, L, B) with the blocks of 32 along L: rowwise parts
-// are (rows, N, 1), colwise ones (dims before the blocked axis, its length,
-// dims after); the scales are (A, ceil(L/32), B).
+// The problem (common/dequantize_problem.h) is shared with the CPU kernel
+// (mxfp8/dequantize_cpu.h).
 //
 // No CUDA or XLA types: the stream is the driver's CUstream_st*.
 
@@ -16,22 +15,11 @@
 
 #include <cstdint>
 
-#include "common/fp8_format.h"
+#include "common/dequantize_problem.h"
 
 struct CUstream_st;
 
 namespace eqx_quant::cuda {
-
-struct Mxfp8DequantizeProblem {
-  Fp8Format format = Fp8Format::kE4M3Fn;
-  bool out_f32 = false;  // float32 values, else bfloat16 bits
-  int64_t a = 0;
-  int64_t l = 0;
-  int64_t b = 0;
-  const uint8_t* data = nullptr;    // A x L x B FP8 bytes
-  const uint8_t* scales = nullptr;  // A x ceil(L/32) x B E8M0 bytes
-  void* out = nullptr;              // A x L x B bfloat16 bits or float32
-};
 
 // The launch's CUDA error (0: none).
 int Mxfp8Dequantize(const Mxfp8DequantizeProblem& problem, CUstream_st* stream);

@@ -31,15 +31,6 @@ constexpr int kThreads = 256;
 constexpr int kVec = 8;
 constexpr int64_t kBlock = 16;
 
-// An E2M1 code's value (0, 0.5, 1, 1.5, 2, 3, 4, 6; sign at bit 3), exact, built
-// from its bits (an indexed constant table would live in local memory).
-__device__ inline float E2M1Value(uint32_t code) {
-  const uint32_t e = (code >> 1) & 3u;
-  const uint32_t m = code & 1u;
-  const uint32_t magnitude = e != 0 ? ((126u + e) << 23) | (m << 22) : m * 0x3F000000u;
-  return __uint_as_float(((code & 8u) << 28) | magnitude);
-}
-
 template <bool kF32>
 __global__ void __launch_bounds__(kThreads) Decode(Nvfp4DequantizeProblem p) {
   const int64_t total = p.rows * p.cols;
@@ -58,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) Decode(Nvfp4DequantizeProblem p) {
     const float scale = E4M3ToFloat(p.scales[r * blocks + c / kBlock]);
     const float decode = p.decode_scales[r / rows_per_example];
     for (int t = 0; t < kVec; ++t) {
-      values[t] = (E2M1Value((packed >> (4 * t)) & 0xFu) * scale) * decode;
+      values[t] = (E2M1ToFloat((packed >> (4 * t)) & 0xFu) * scale) * decode;
     }
     StoreEight<kF32>(p.out, first, values, count);
     return;
@@ -69,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) Decode(Nvfp4DequantizeProblem p) {
       const uint32_t code = (p.codes[i / 2] >> (4 * (i % 2))) & 0xFu;
       const float scale = E4M3ToFloat(p.scales[r * blocks + c / kBlock]);
       const float decode = p.decode_scales[r / rows_per_example];
-      values[t] = (E2M1Value(code) * scale) * decode;
+      values[t] = (E2M1ToFloat(code) * scale) * decode;
       if (++c == p.cols) {
         c = 0;
         ++r;
@@ -114,8 +105,8 @@ __global__ void __launch_bounds__(kThreads) OctetKernel(const __grid_constant__ 
     uint32_t words[4];
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float a = (E2M1Value((packed[it] >> (8 * w)) & 0xFu) * s) * decode[it];
-      const float b = (E2M1Value((packed[it] >> (8 * w + 4)) & 0xFu) * s) * decode[it];
+      const float a = (E2M1ToFloat((packed[it] >> (8 * w)) & 0xFu) * s) * decode[it];
+      const float b = (E2M1ToFloat((packed[it] >> (8 * w + 4)) & 0xFu) * s) * decode[it];
       words[w] = ToBf16Bits(a) | (static_cast<uint32_t>(ToBf16Bits(b)) << 16);
     }
     p.out[octet[it]] = make_uint4(words[0], words[1], words[2], words[3]);

@@ -30,8 +30,8 @@ KERNEL_OPS = (
     "fp8_block_gemm",  # CUDA only, when built with CUTLASS
     "grouped_fp8_block_gemm",  # CUDA only, when built with CUTLASS
     "grouped_mxfp8_dequantize",  # CUDA only
-    "mxfp8_dequantize",  # CUDA only
-    "nvfp4_dequantize",  # CUDA only
+    "mxfp8_dequantize",
+    "nvfp4_dequantize",
 )
 
 # The ops whose CUDA kernels are built on CUTLASS (absent from a build without its headers).

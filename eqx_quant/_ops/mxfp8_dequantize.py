@@ -5,8 +5,9 @@ operand a bfloat16 GEMM multiplies on Hopper, which has no block-scaled MMA.
 The part is viewed as `(A, L, B)` with its blocks of 32 along L (`data`; `scales`: the E8M0
 bytes, `(A, ceil(L/32), B)`): rowwise parts are `(rows, N, 1)`, colwise ones split at their
 blocked axis. Declared once, with the pure-JAX reference (`reference.blocks_nd`,
-`mxfp8_dequantize`) and a CUDA kernel (`csrc/mxfp8/dequantize_cuda.cu`), bit-identical
-(`tests/cuda/test_cuda_mxfp8_dequantize.py`).
+`mxfp8_dequantize`), a CPU kernel (`csrc/mxfp8/dequantize_cpu.cc`) and a CUDA kernel
+(`csrc/mxfp8/dequantize_cuda.cu`), bit-identical (`tests/kernels/test_dequantize_kernels.py`,
+`tests/cuda/test_cuda_mxfp8_dequantize.py`).
 Batching folds the examples into A; a partition keeps L whole (a block needs its scale) and
 splits A and B as data is split.
 """
@@ -78,7 +79,6 @@ mxfp8_dequantize_op = Op(
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,
-        kernel_platforms=("cuda",),
     )
 )
 

@@ -6,8 +6,10 @@ block-scaled MMA. Parts with a random Hadamard transform stay on the pure-JAX pa
 
 `codes` `(A, L)` with the blocks of 16 along L, `scales` `(A, ceil(L/16))` bytes,
 `decode_scales` `(E,)`, one per example of `A / E` rows. Declared once, with the pure-JAX
-reference (`reference.blocks_nd.nvfp4_dequantize_with`) and a CUDA kernel
-(`csrc/nvfp4/dequantize_cuda.cu`), bit-identical (`tests/cuda/test_cuda_nvfp4_dequantize.py`).
+reference (`reference.blocks_nd.nvfp4_dequantize_with`), a CPU kernel
+(`csrc/nvfp4/dequantize_cpu.cc`) and a CUDA kernel (`csrc/nvfp4/dequantize_cuda.cu`),
+bit-identical (`tests/kernels/test_dequantize_kernels.py`,
+`tests/cuda/test_cuda_nvfp4_dequantize.py`).
 Batching folds the examples into the rows; a partition keeps L whole and
 splits the rows where the decode scales split with them.
 """
@@ -83,6 +85,5 @@ nvfp4_dequantize_op = Op(
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,
-        kernel_platforms=("cuda",),
     )
 )

@@ -12,7 +12,15 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Shaped
 
-from .ieee import cast_canonical, divide, is_positive_finite, max_abs, multiply, to_fp8_bytes
+from .ieee import (
+    cast_canonical,
+    divide,
+    divide_by_constant,
+    is_positive_finite,
+    max_abs,
+    multiply,
+    to_fp8_bytes,
+)
 
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 
@@ -37,7 +45,7 @@ def compute_scale(
     scale = divide(fp8_max, amax)
     if margin != 0.0:
         power = np.float32(2.0) ** np.float32(margin)
-        scale = divide(scale, jnp.full_like(scale, power))
+        scale = divide_by_constant(scale, float(power))
     ok = is_positive_finite(amax)
     return jnp.where(ok, scale, prev_scale.astype(jnp.float32))
 

@@ -6,9 +6,16 @@ Why: XLA on CPU runs with flush-to-zero and denormals-are-zero (a subnormal time
 nearest even, subnormals kept). For the pure-JAX reference to be bit-exact with them on every
 backend, every float operation whose result we promise bit for bit is done here on the bit
 patterns: `multiply`, `add`, `divide`, the saturating FP8 conversion and the amax.
+
+The operations are `jax.jit` functions: a computation that uses one many times (a scale per
+tensor in a whole training step) traces and lowers it once per operand shape.
 """
 
+import functools
+
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Shaped, UInt8
 
@@ -72,6 +79,7 @@ def _operands(a: Array, b: Array):
     return (ia ^ ib) & _u32(_SIGN), unpacked[0], unpacked[1]
 
 
+@jax.jit
 def divide(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
     """Correctly rounded float32 `a / b`: the 26-bit quotient of the significands by long
     division in four uint32 integer divisions (7 + 6 + 6 + 6 quotient bits after the leading
@@ -96,6 +104,45 @@ def divide(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
     return from_bits(jnp.where(nan, _u32(_QNAN), out))
 
 
+def _odd_and_exponent(divisor: float) -> tuple[int, int]:
+    """`(odd, k)` with `divisor == odd * 2^k`, for a positive finite float32 `divisor`."""
+    value = np.float32(divisor)
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(
+            f"divide_by_constant: the divisor must be positive and finite, got {divisor}"
+        )
+    mantissa, exponent = np.frexp(np.float64(value))  # value = mantissa * 2^exponent, exactly
+    odd, k = int(mantissa * 2**24), int(exponent) - 24
+    while odd % 2 == 0:
+        odd, k = odd // 2, k + 1
+    return odd, k
+
+
+@functools.partial(jax.jit, static_argnames="divisor")
+def divide_by_constant(a: Float[Array, "*s"], divisor: float) -> Float[Array, "*s"]:
+    """Correctly rounded float32 `a / divisor` for a constant `divisor = odd * 2^k` with
+    `odd < 64` (e.g. NVFP4's 2688 = 21 * 2^7), bit-identical to `divide`: the significand
+    shifted to 32 bits has a quotient of 26 or more bits in one uint32 division."""
+    odd, k = _odd_and_exponent(divisor)
+    if odd >= 64:
+        return divide(a, jnp.full_like(a, divisor, dtype=jnp.float32))
+    b = bits(a)
+    mag, nan, inf, zero = _classify(b)
+    sig, exp = _unpack(mag)  # a = sig * 2^(exp - 23)
+    numerator = sig << _u32(8)  # in [2^31, 2^32)
+    quot, rem = lax.div(numerator, _u32(odd)), lax.rem(numerator, _u32(odd))
+    # quot >= 2^31 / 63 > 2^25: drop its bits below the leading 26 into the sticky bit.
+    drop = (32 - lax.clz(quot).astype(jnp.int32)) - 26
+    drop_u = drop.astype(jnp.uint32)
+    sig26 = quot >> drop_u
+    sticky = ((quot & ((_u32(1) << drop_u) - 1)) != 0) | (rem != 0)
+    # a / divisor = quot * 2^(exp - 31 - k) = sig26 * 2^((exp + drop - 6 - k) - 25)
+    out = _round_pack(exp + drop - 6 - k, sig26, sticky)
+    out = jnp.where(zero, _u32(0), jnp.where(inf, _u32(_INF), out))
+    return from_bits(jnp.where(nan, _u32(_QNAN), out | (b & _u32(_SIGN))))
+
+
+@jax.jit
 def multiply(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
     """Correctly rounded float32 `a * b`, subnormals included (24x24-bit product in 12-bit
     limbs)."""
@@ -120,6 +167,7 @@ def multiply(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]
     return from_bits(jnp.where(nan, _u32(_QNAN), mag | sign))
 
 
+@jax.jit
 def add(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
     """Correctly rounded float32 `a + b`, subnormals included; NaN results are 0x7FC00000."""
     ia, ib = bits(a), bits(b)
@@ -166,6 +214,7 @@ FP8_FORMATS = {"float8_e4m3fn": (3, -6, 0x7E), "float8_e5m2": (2, -14, 0x7B)}
 FP8_NAN_BYTE = 0x7F
 
 
+@functools.partial(jax.jit, static_argnames=("mant", "emin", "max_code", "nan_code", "sign_bit"))
 def encode_float_bits(
     y: Float[Array, "..."],
     mant: int,

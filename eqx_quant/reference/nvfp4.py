@@ -24,7 +24,16 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Shaped, UInt8
 
-from .ieee import add, bits, divide, encode_float_bits, from_bits, multiply, to_fp8_bytes
+from .ieee import (
+    add,
+    bits,
+    divide,
+    divide_by_constant,
+    encode_float_bits,
+    from_bits,
+    multiply,
+    to_fp8_bytes,
+)
 from .mxfp8 import (
     FLT_MAX_BITS,
     block_amax,
@@ -137,7 +146,7 @@ def nvfp4_encode_blocks(
 def global_decode_scale(amax_g: Float[Array, "*b"]) -> Float[Array, "*b"]:
     """`fl(amax_g / 2688)`: the per-tensor factor of the dequantization (TE's
     `tensor_scale_inv`). Computed once per tensor, then broadcast to the blocks."""
-    return divide(amax_g, jnp.full_like(amax_g, GLOBAL_ENC_NUMERATOR))
+    return divide_by_constant(amax_g, float(GLOBAL_ENC_NUMERATOR))
 
 
 def decode_blocks(codes, sdb, tsi, rht_mask: int | None):

@@ -1,0 +1,54 @@
+// A row's 16-blocks each take their scale once; the codes are read from the
+// packed bytes in linear order (a row of odd length starts mid-byte).
+
+#include "nvfp4/dequantize_cpu.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/dequantize_store.h"
+#include "common/nvfp4_format.h"
+
+namespace eqx_quant::cpu {
+namespace {
+
+constexpr int64_t kBlock = 16;
+// Elements below which a task is not worth a thread.
+constexpr int64_t kMinTaskElements = int64_t{1} << 16;
+
+template <bool kF32>
+void DecodeRows(const Nvfp4DequantizeProblem& p, const float (&e2m1)[16], int64_t begin,
+                int64_t end) {
+  const int64_t blocks = (p.cols + kBlock - 1) / kBlock;
+  const int64_t rows_per_example = p.rows / p.examples;
+  for (int64_t r = begin; r < end; ++r) {
+    const float decode = p.decode_scales[r / rows_per_example];
+    for (int64_t k = 0; k < blocks; ++k) {
+      const float scale = E4M3ToFloat(p.scales[r * blocks + k]);
+      const int64_t stop = std::min(p.cols, (k + 1) * kBlock);
+      for (int64_t c = k * kBlock; c < stop; ++c) {
+        const int64_t i = r * p.cols + c;
+        const uint32_t code = (p.codes[i / 2] >> (4 * (i % 2))) & 0xFu;
+        StoreValue<kF32>(p.out, i, (e2m1[code] * scale) * decode);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Nvfp4Dequantize(const Nvfp4DequantizeProblem& p, const ParallelFor& parallel) {
+  if (p.rows * p.cols == 0) return;
+  float e2m1[16];
+  for (uint32_t code = 0; code < 16; ++code) e2m1[code] = E2M1ToFloat(code);
+  const int64_t min_rows = std::max<int64_t>(1, kMinTaskElements / p.cols);
+  ParallelRanges(parallel, p.rows, min_rows, 1, [&](int64_t begin, int64_t end) {
+    if (p.out_f32) {
+      DecodeRows<true>(p, e2m1, begin, end);
+    } else {
+      DecodeRows<false>(p, e2m1, begin, end);
+    }
+  });
+}
+
+}  // namespace eqx_quant::cpu

@@ -1,0 +1,74 @@
+"""The dense MXFP8 and NVFP4 dequantize CPU kernels (`eqx_quant_{mxfp8,nvfp4}_dequantize_cpu`)
+against the ops' pure-JAX reference, byte for byte: every FP8 payload byte and E2M1 code,
+NaN and zero (2^-127: subnormal products) E8M0 scales, E4M3 scale bytes from subnormal to NaN,
+NaN / inf / subnormal decode scales, both output dtypes, rowwise and colwise views, partial
+blocks, odd row lengths (packed codes across rows), several examples, and views large enough
+to be split over XLA's threads."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from eqx_quant._ops import (
+    Mxfp8DequantizeParams,
+    Nvfp4DequantizeParams,
+    mxfp8_dequantize_op,
+    nvfp4_dequantize_op,
+)
+from tests.support.bytes import assert_same_bytes
+
+MX_VIEWS = [(8, 64, 1), (3, 100, 7), (1, 33, 1), (5, 40, 1), (2, 70, 48), (512, 1024, 1),
+            (4, 256, 512)]
+NV_CASES = [((8, 64), 1), ((6, 100), 3), ((1, 17), 1), ((7, 33), 7), ((512, 1024), 2)]
+
+
+def _both(bind, params_type, out_dtype, *args):
+    """(kernel, reference) results of one op on the same operands."""
+    return tuple(
+        jax.jit(lambda *a, impl=impl: bind(*a, params=params_type(out_dtype, impl))[0])(*args)
+        for impl in ("ffi", "reference")
+    )
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("q_dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2])
+@pytest.mark.parametrize("view", MX_VIEWS, ids=str)
+def test_mxfp8_kernel_matches_reference(view, q_dtype, out_dtype):
+    a, length, b = view
+    rng = np.random.default_rng(sum(view))
+    data = rng.integers(0, 256, size=view, dtype=np.uint8)
+    flat_data = data.reshape(-1)
+    flat_data[:256] = np.arange(min(256, flat_data.size))  # every payload byte
+    scales = rng.integers(100, 150, size=(a, -(-length // 32), b), dtype=np.uint8)
+    flat = scales.reshape(-1)
+    flat[::7] = 0xFF  # NaN scales
+    flat[1::5] = 0  # 2^-127: subnormal products
+    flat[2::11] = 3
+    flat[3::13] = 0xFE
+    data_q = jax.lax.bitcast_convert_type(jnp.asarray(data), q_dtype)
+    kernel = jax.jit(lambda d, s: mxfp8_dequantize_op.bind(
+        d, s, params=Mxfp8DequantizeParams(out_dtype, "ffi")))
+    assert "eqx_quant_mxfp8_dequantize_cpu" in kernel.lower(data_q, scales).as_text()
+    got, want = _both(mxfp8_dequantize_op.bind, Mxfp8DequantizeParams, out_dtype, data_q,
+                      jnp.asarray(scales))
+    assert_same_bytes(np.asarray(got), np.asarray(want), f"{view} {q_dtype} {out_dtype}")
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("shape,examples", NV_CASES, ids=str)
+def test_nvfp4_kernel_matches_reference(shape, examples, out_dtype):
+    rows, cols = shape
+    rng = np.random.default_rng(rows + examples)
+    codes = rng.integers(0, 16, size=shape, dtype=np.uint8)
+    codes.reshape(-1)[:16] = np.arange(min(16, codes.size))  # every code
+    codes = jax.lax.bitcast_convert_type(jnp.asarray(codes).astype(jnp.uint4), jnp.float4_e2m1fn)
+    scales = rng.integers(0, 256, size=(rows, -(-cols // 16)), dtype=np.uint8)
+    for i, byte in enumerate((0x01, 0x7F, 0xFF, 0x00)):  # subnormal, NaN, -NaN, zero
+        scales.reshape(-1)[i::9] = byte
+    decode = rng.uniform(0.01, 3.0, size=(examples,)).astype(np.float32)
+    special = np.array([1.0, np.inf, np.nan, 1e-40, 3e38], np.float32)
+    decode[: min(examples, 5)] = special[: min(examples, 5)]
+    got, want = _both(nvfp4_dequantize_op.bind, Nvfp4DequantizeParams, out_dtype, codes,
+                      jnp.asarray(scales), jnp.asarray(decode))
+    assert_same_bytes(np.asarray(got), np.asarray(want), f"{shape} {examples} {out_dtype}")
