@@ -13,7 +13,12 @@
 // E4M3 bytes, the decode scales (E,) one per example of A / E rows. Each
 // value is fl(fl(E2M1 code x block scale) x decode scale).
 //
-// Both write float32 or bfloat16 (rounded to nearest even), every NaN as the
+// Grouped MXFP8 (rowwise): (R, N) rows in ragged groups (the sizes count units
+// of U rows), each group's scales in its padded, swizzled region of the
+// part's scale buffer (common/grouped_layout.h); bfloat16 out, rows of no
+// group 0.
+//
+// All write float32 or bfloat16 (rounded to nearest even), every NaN as the
 // quiet NaN of the pure-JAX path (reference/blocks_nd.py).
 
 #ifndef EQX_QUANT_CSRC_COMMON_DEQUANTIZE_PROBLEM_H_
@@ -45,6 +50,21 @@ struct Nvfp4DequantizeProblem {
   const uint8_t* scales = nullptr;       // A x ceil(L/16) E4M3 bytes
   const float* decode_scales = nullptr;  // (E,)
   void* out = nullptr;                   // A x L bfloat16 bits or float32
+};
+
+struct GroupedMxfp8DequantizeProblem {
+  Fp8Format format = Fp8Format::kE4M3Fn;
+  int64_t rows = 0;           // R
+  int64_t cols = 0;           // N
+  int64_t groups = 0;         // G >= 1
+  int64_t rows_per_unit = 1;  // U: group sizes count units of U rows
+  const uint8_t* data = nullptr;    // R x N FP8 bytes
+  const uint8_t* scales = nullptr;  // the part's swizzled scale buffer
+  const int32_t* sizes = nullptr;   // (G,)
+  uint16_t* out = nullptr;          // R x N bfloat16 bits
+  // The CUDA kernel's device scratch: 2 * (G + 1) int64 (starts, offsets);
+  // the CPU kernel keeps its own.
+  int64_t* layout = nullptr;
 };
 
 }  // namespace eqx_quant

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/grouped_layout.h"
+
 namespace eqx_quant {
 namespace {
 
@@ -14,6 +16,17 @@ ffi::Error Invalid(const char* target, const std::string& what) {
 
 bool HasDims(ffi::AnyBuffer::Dimensions dims, int64_t d0, int64_t d1, int64_t d2) {
   return dims.size() == 3 && dims[0] == d0 && dims[1] == d1 && dims[2] == d2;
+}
+
+bool ReadFp8Format(ffi::DataType type, Fp8Format* format) {
+  if (type == ffi::DataType::F8E4M3FN) {
+    *format = Fp8Format::kE4M3Fn;
+  } else if (type == ffi::DataType::F8E5M2) {
+    *format = Fp8Format::kE5M2;
+  } else {
+    return false;
+  }
+  return true;
 }
 
 bool IsValueType(ffi::DataType type) {
@@ -28,11 +41,7 @@ ffi::ErrorOr<Mxfp8DequantizeProblem> PrepareMxfp8Dequantize(const char* target,
                                                              ffi::AnyBuffer& out) {
   if (data.dimensions().size() != 3) return Invalid(target, "data must be 3-D (A, L, B)");
   Mxfp8DequantizeProblem p;
-  if (data.element_type() == ffi::DataType::F8E4M3FN) {
-    p.format = Fp8Format::kE4M3Fn;
-  } else if (data.element_type() == ffi::DataType::F8E5M2) {
-    p.format = Fp8Format::kE5M2;
-  } else {
+  if (!ReadFp8Format(data.element_type(), &p.format)) {
     return Invalid(target, "data must be F8E4M3FN or F8E5M2");
   }
   p.a = data.dimensions()[0];
@@ -83,6 +92,44 @@ ffi::ErrorOr<Nvfp4DequantizeProblem> PrepareNvfp4Dequantize(const char* target,
   p.scales = static_cast<const uint8_t*>(scales.untyped_data());
   p.decode_scales = static_cast<const float*>(decode_scales.untyped_data());
   p.out = out.untyped_data();
+  return p;
+}
+
+ffi::ErrorOr<GroupedMxfp8DequantizeProblem> PrepareGroupedMxfp8Dequantize(
+    const char* target, const ffi::AnyBuffer& data, const ffi::AnyBuffer& scales,
+    const ffi::AnyBuffer& sizes, ffi::AnyBuffer& out, int64_t rows_per_unit) {
+  if (data.dimensions().size() != 2) return Invalid(target, "data must be 2-D (R, N)");
+  GroupedMxfp8DequantizeProblem p;
+  if (!ReadFp8Format(data.element_type(), &p.format)) {
+    return Invalid(target, "data must be F8E4M3FN or F8E5M2");
+  }
+  p.rows = data.dimensions()[0];
+  p.cols = data.dimensions()[1];
+  if (sizes.element_type() != ffi::DataType::S32 || sizes.dimensions().size() != 1 ||
+      sizes.element_count() == 0) {
+    return Invalid(target, "sizes must be S32 (G,) with G >= 1");
+  }
+  p.groups = static_cast<int64_t>(sizes.element_count());
+  if (rows_per_unit < 1 || p.rows % rows_per_unit != 0) {
+    return Invalid(target, "rows_per_unit must be >= 1 and divide R");
+  }
+  p.rows_per_unit = rows_per_unit;
+  const int64_t needed = grouped::ScaleBufferBytes(grouped::ScalePart::kRowwise, p.rows, p.cols,
+                                                   p.groups, grouped::kMxfp8Block);
+  if (scales.element_type() != ffi::DataType::U8 ||
+      static_cast<int64_t>(scales.element_count()) != needed) {
+    return Invalid(target,
+                   "scales must be U8 of the rowwise buffer's length " + std::to_string(needed));
+  }
+  const auto o = out.dimensions();
+  if (out.element_type() != ffi::DataType::BF16 || o.size() != 2 || o[0] != p.rows ||
+      o[1] != p.cols) {
+    return Invalid(target, "out must be BF16 (R, N)");
+  }
+  p.data = static_cast<const uint8_t*>(data.untyped_data());
+  p.scales = static_cast<const uint8_t*>(scales.untyped_data());
+  p.sizes = static_cast<const int32_t*>(sizes.untyped_data());
+  p.out = static_cast<uint16_t*>(out.untyped_data());
   return p;
 }
 

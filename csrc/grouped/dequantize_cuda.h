@@ -6,31 +6,20 @@
 // grouped GEMM multiplies (Hopper has no block-scaled MMA). The values are
 // those of the pure-JAX grouped dequantize, bit for bit.
 //
-// No CUDA or XLA types: the stream is the driver's CUstream_st*.
+// The problem (common/dequantize_problem.h) is shared with the CPU kernel
+// (grouped/dequantize_cpu.h). No CUDA or XLA types: the stream is the
+// driver's CUstream_st*.
 
 #ifndef EQX_QUANT_CSRC_GROUPED_DEQUANTIZE_CUDA_H_
 #define EQX_QUANT_CSRC_GROUPED_DEQUANTIZE_CUDA_H_
 
 #include <cstdint>
 
-#include "common/fp8_format.h"
+#include "common/dequantize_problem.h"
 
 struct CUstream_st;
 
 namespace eqx_quant::cuda {
-
-struct GroupedMxfp8DequantizeProblem {
-  Fp8Format format = Fp8Format::kE4M3Fn;
-  int64_t rows = 0;           // R
-  int64_t cols = 0;           // N
-  int64_t groups = 0;         // G >= 1
-  int64_t rows_per_unit = 1;  // U: group sizes count units of U rows
-  const uint8_t* data = nullptr;    // R x N FP8 bytes
-  const uint8_t* scales = nullptr;  // the part's swizzled scale buffer
-  const int32_t* sizes = nullptr;   // (G,)
-  uint16_t* out = nullptr;          // R x N bfloat16 bits
-  int64_t* layout = nullptr;        // scratch: 2 * (G + 1) int64 (starts, offsets)
-};
 
 struct GroupedDequantizeStatus {
   bool ok = true;

@@ -29,7 +29,7 @@ KERNEL_OPS = (
     "grouped_gemm",  # CUDA only, when built with CUTLASS
     "fp8_block_gemm",  # CUDA only, when built with CUTLASS
     "grouped_fp8_block_gemm",  # CUDA only, when built with CUTLASS
-    "grouped_mxfp8_dequantize",  # CUDA only
+    "grouped_mxfp8_dequantize",
     "mxfp8_dequantize",
     "nvfp4_dequantize",
 )

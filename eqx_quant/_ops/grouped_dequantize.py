@@ -1,13 +1,14 @@
-"""`eqx_quant_grouped_mxfp8_dequantize(data, scales, group_sizes) -> out`: a grouped MXFP8
-rowwise part's `(R, N)` rows as bfloat16 (each payload times its E8M0 block scale from the
-group's swizzled region; rows of no group 0), the operand the grouped GEMM multiplies on
-Hopper, which has no block-scaled MMA (docs/gemm.md).
+"""`eqx_quant_grouped_mxfp8_dequantize(data, scales, group_sizes) -> out`: a grouped MXFP8 rowwise
+part's `(R, N)` rows as bfloat16 (each payload times its E8M0 block scale from the group's
+swizzled region; rows of no group 0), the operand the grouped GEMM multiplies on Hopper, which
+has no block-scaled MMA (docs/gemm.md).
 
-Declared once, with the pure-JAX reference (`reference.grouped.grouped_mxfp8_rows_bf16`) and
-a CUDA kernel (`csrc/grouped/dequantize_cuda.cu`, bit-equal to the reference:
+Declared once, with the pure-JAX reference (`reference.grouped.grouped_mxfp8_rows_bf16`), a CPU
+kernel (`csrc/grouped/dequantize_cpu.cc`) and a CUDA kernel (`csrc/grouped/dequantize_cuda.cu`),
+bit-equal to the reference (`tests/kernels/test_dequantize_kernels.py`,
 `tests/cuda/test_cuda_grouped_dequantize.py`; its speed against XLA's version is in
-docs/performance.md). The partition keeps every operand whole. Vmapped examples (each with
-its own sizes and scale layout) run the reference, example by example.
+docs/performance.md). The partition keeps every operand whole. Vmapped examples (each with its
+own sizes and scale layout) run the reference, example by example.
 """
 
 import dataclasses
@@ -87,6 +88,5 @@ grouped_mxfp8_dequantize_op = Op(
         sharding_rule=_sharding_rule,
         partition=_partition,
         unsharded=_unsharded,
-        kernel_platforms=("cuda",),
     )
 )

@@ -1,18 +1,23 @@
-"""The dense MXFP8 and NVFP4 dequantize CPU kernels (`eqx_quant_{mxfp8,nvfp4}_dequantize_cpu`)
-against the ops' pure-JAX reference, byte for byte: every FP8 payload byte and E2M1 code,
-NaN and zero (2^-127: subnormal products) E8M0 scales, E4M3 scale bytes from subnormal to NaN,
-NaN / inf / subnormal decode scales, both output dtypes, rowwise and colwise views, partial
-blocks, odd row lengths (packed codes across rows), several examples, and views large enough
-to be split over XLA's threads."""
+"""The MXFP8 and NVFP4 dequantize CPU kernels (`eqx_quant_{mxfp8,nvfp4}_dequantize_cpu`, and
+`eqx_quant_grouped_mxfp8_dequantize_cpu`) against the ops' pure-JAX reference, byte for byte:
+every FP8 payload byte and E2M1 code, NaN and zero (2^-127: subnormal products) E8M0 scales,
+E4M3 scale bytes from subnormal to NaN, NaN / inf / subnormal decode scales, both output dtypes,
+rowwise and colwise views, partial blocks, odd row lengths (packed codes across rows), several
+examples, and views large enough to be split over XLA's threads; grouped parts with ragged and
+empty groups, rows past the last group, sizes past the rows (clamped), groups counted in units
+of rows."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import eqx_quant as eqq
 from eqx_quant._ops import (
+    GroupedDequantizeParams,
     Mxfp8DequantizeParams,
     Nvfp4DequantizeParams,
+    grouped_mxfp8_dequantize_op,
     mxfp8_dequantize_op,
     nvfp4_dequantize_op,
 )
@@ -20,6 +25,8 @@ from tests.support.bytes import assert_same_bytes
 
 MX_VIEWS = [(8, 64, 1), (3, 100, 7), (1, 33, 1), (5, 40, 1), (2, 70, 48), (512, 1024, 1),
             (4, 256, 512)]
+GROUPED_CASES = [((256, 96), [100, 0, 156], 1), ((130, 40), [7, 60, 0, 50], 1),
+                 ((64, 33), [40, 40], 1), ((96, 64), [0, 20, 28], 2), ((1024, 256), [300] * 3, 1)]
 NV_CASES = [((8, 64), 1), ((6, 100), 3), ((1, 17), 1), ((7, 33), 7), ((512, 1024), 2)]
 
 
@@ -72,3 +79,24 @@ def test_nvfp4_kernel_matches_reference(shape, examples, out_dtype):
     got, want = _both(nvfp4_dequantize_op.bind, Nvfp4DequantizeParams, out_dtype, codes,
                       jnp.asarray(scales), jnp.asarray(decode))
     assert_same_bytes(np.asarray(got), np.asarray(want), f"{shape} {examples} {out_dtype}")
+
+
+@pytest.mark.parametrize("q_dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2])
+@pytest.mark.parametrize("shape,sizes,rows_per_unit", GROUPED_CASES, ids=str)
+def test_grouped_mxfp8_kernel_matches_reference(shape, sizes, rows_per_unit, q_dtype):
+    rng = np.random.default_rng(shape[0] + len(sizes))
+    x = jnp.asarray(rng.standard_normal(shape).astype(np.float32))
+    quantizer = eqq.BlockScaleQuantizer(q_dtype, eqq.QuantizeLayout.ROWWISE)
+    gs = jnp.asarray([shape[0]] + [0] * (len(sizes) - 1), jnp.int32)  # for the buffer length
+    length = eqq.grouped_quantize(x, gs, quantizer, check=False).rowwise.scale_inv.shape[0]
+    data = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    scales = rng.integers(100, 150, size=(length,), dtype=np.uint8)
+    scales[::7], scales[1::5], scales[2::11] = 0xFF, 0, 0xFE  # NaN, 2^-127, 2^127
+    args = (jax.lax.bitcast_convert_type(jnp.asarray(data), q_dtype), jnp.asarray(scales),
+            jnp.asarray(sizes, jnp.int32))
+    got, want = (
+        jax.jit(lambda *a, impl=impl: grouped_mxfp8_dequantize_op.bind(
+            *a, params=GroupedDequantizeParams(rows_per_unit, impl))[0])(*args)
+        for impl in ("ffi", "reference")
+    )
+    assert_same_bytes(np.asarray(got), np.asarray(want), f"{shape} {sizes} {q_dtype}")
