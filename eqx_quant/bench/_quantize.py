@@ -31,7 +31,11 @@ OPS = (
     "fp8_block_row",
     "fp8_block_rowcol",
     "fp8_block_2d_rowcol",
+    "mxfp8_dequant_row",
+    "nvfp4_dequant_row",
 ) + _grouped.OPS
+# The ops whose input is a quantized rowwise part (made outside the timing) instead of x.
+DEQUANTIZE_OPS = ("mxfp8_dequant_row", "nvfp4_dequant_row")
 DEFAULT_SIZES = ("1024", "4096", "8192", "16384x4096")
 L2_DEFEAT_BYTES = 192 * 10**6
 
@@ -51,6 +55,8 @@ def parse_size(text: str) -> tuple[int, int]:
 def _ours(op: str) -> Callable:
     import eqx_quant as eqq
 
+    if op in DEQUANTIZE_OPS:
+        return lambda part, scale: part.dequantize("bfloat16")
     layout = (
         eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol") else eqq.QuantizeLayout.ROWWISE
     )
@@ -87,6 +93,10 @@ def _ours(op: str) -> Callable:
 
 
 def _bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:
+    if op == "mxfp8_dequant_row":
+        return m * n + m * n // 32 + m * n * 2  # payloads and scales read, bfloat16 written
+    if op == "nvfp4_dequant_row":
+        return m * n // 2 + m * n // 16 + m * n * 2
     total = m * n * itemsize + m * n  # x read, FP8 row written
     if op.startswith("nvfp4"):
         # The global amax pass and the quantize pass read x; packed E2M1 codes (two per
@@ -132,6 +142,17 @@ def _inputs(m: int, n: int, seed: int) -> list:
         x = jax.random.normal(jax.random.fold_in(key, i), (m, n), jnp.float32) * 3.0
         xs.append(x.astype(jnp.bfloat16))
     return xs
+
+
+def _parts(op: str, xs: list) -> list:
+    """The rowwise parts a dequantize op reads, one per input."""
+    import eqx_quant as eqq
+
+    quantizer = (eqq.BlockScaleQuantizer(jnp.float8_e4m3fn, eqq.QuantizeLayout.ROWWISE)
+                 if op.startswith("mxfp8") else
+                 eqq.NVFP4Quantizer(q_layout=eqq.QuantizeLayout.ROWWISE))
+    quantize = jax.jit(lambda x: eqq.quantize(x, quantizer).rowwise)
+    return [quantize(x) for x in xs]
 
 
 def _cell(us: float | None) -> str:
@@ -188,8 +209,9 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
             else:
                 moved = _bytes_moved(op, m, n, 2)
                 ours_fn, xla_fn = _ours(op), xla_version(op)
-            ours_measured = measure(ours_fn, xs, (scale,), reps)
-            xla_measured = measure(xla_fn, xs, (scale,), reps)
+            inputs = _parts(op, xs) if op in DEQUANTIZE_OPS else xs
+            ours_measured = measure(ours_fn, inputs, (scale,), reps)
+            xla_measured = measure(xla_fn, inputs, (scale,), reps)
             ours, xla = ours_measured["seconds"], xla_measured["seconds"]
             row = dict(
                 op=op,

@@ -1,5 +1,5 @@
-"""Hand-written jnp versions of the dense quantize ops: what a user would write without
-eqx_quant, jitted by XLA, timed beside ours in the same run."""
+"""Hand-written jnp versions of the dense quantize and dequantize ops: what a user would write
+without eqx_quant, jitted by XLA, timed beside ours in the same run."""
 
 from collections.abc import Callable
 
@@ -80,7 +80,28 @@ def fp8_blocks(x, use_2d: bool):
     return q, 1.0 / scale
 
 
+def mxfp8_values(data, scale_bytes):
+    """bfloat16 values of (R, N) FP8 payloads with one E8M0 byte per 32 along N."""
+    m, n = data.shape
+    scale = jax.lax.bitcast_convert_type(scale_bytes.astype(jnp.uint32) << 23, jnp.float32)
+    y = data.astype(jnp.float32).reshape(m, n // 32, 32) * scale[..., None]
+    return y.reshape(m, n).astype(jnp.bfloat16)
+
+
+def nvfp4_values(codes, scales, amax):
+    """bfloat16 values of (R, N) E2M1 codes with one E4M3 scale per 16 along N and the
+    tensor's global decode scale amax / 2688."""
+    m, n = codes.shape
+    block = scales.astype(jnp.float32)[..., None] * (amax / 2688.0)
+    y = codes.astype(jnp.float32).reshape(m, n // 16, 16) * block
+    return y.reshape(m, n).astype(jnp.bfloat16)
+
+
 def xla(op: str) -> Callable:
+    if op == "mxfp8_dequant_row":
+        return lambda part, scale: mxfp8_values(part.data, part.scale_inv.view(jnp.uint8))
+    if op == "nvfp4_dequant_row":
+        return lambda part, scale: nvfp4_values(part.data, part.scale_inv, part.amax[0])
     transposed = op.endswith("rowcol")
     if op.startswith("fp8_block"):
         use_2d = "_2d_" in op

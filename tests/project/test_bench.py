@@ -27,6 +27,8 @@ def test_bench_runs_and_writes_json(tmp_path):
         "grouped_nvfp4_rowcol",
         "grouped_nvfp4_sr_rowcol",
         "grouped_dbias",
+        "mxfp8_dequant_row",
+        "nvfp4_dequant_row",
     ]
     assert bench.main(["--sizes", "128x64", "--reps", "1", "--ops", *ops, "--json", str(out)]) == 0
     result = json.loads(out.read_text())
@@ -171,3 +173,24 @@ def test_fp8_block_rows_run_and_their_hand_written_version_computes_the_same_op(
                           (ours.colwise.scale_inv, xla["col_scale"])]
             for i, (a, b) in enumerate(pairs):
                 np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{op} {i}")
+
+
+def test_hand_written_dequantize_versions_compute_the_same_op():
+    """The bench's jnp dequantize rows give ours' values: MXFP8 exactly (payload times a power
+    of two), NVFP4 within one bfloat16 rounding (its two multiplies in another order)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from eqx_quant.bench import _quantize, _xla
+
+    x = jax.random.normal(jax.random.key(3), (64, 96), jnp.float32).astype(jnp.bfloat16)
+    for op in _quantize.DEQUANTIZE_OPS:
+        (part,) = _quantize._parts(op, [x])
+        ours = np.asarray(_quantize._ours(op)(part, None), np.float32)
+        theirs = np.asarray(_xla.xla(op)(part, None), np.float32)
+        if op.startswith("mxfp8"):
+            np.testing.assert_array_equal(ours, theirs)
+        else:
+            np.testing.assert_allclose(ours, theirs, rtol=2.0**-8, atol=0)
+        assert np.abs(ours - np.asarray(x, np.float32)).max() < 0.5 * np.abs(ours).max()
