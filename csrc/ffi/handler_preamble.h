@@ -51,6 +51,17 @@ xla::ffi::Error RunCpuKernel(const xla::ffi::ErrorOr<Call>& call,
   return xla::ffi::Error::Success();
 }
 
+// RunCpuKernel for a kernel that takes its problem (with its buffers in it)
+// and the ParallelFor: kernel(problem, parallel).
+template <typename Problem, typename Kernel>
+xla::ffi::Error RunCpuProblem(const xla::ffi::ErrorOr<Problem>& problem,
+                              const ParallelFor& parallel, Kernel kernel) {
+  if (!problem.has_value()) return problem.error();
+  ScopedIeeeFloatEnv ieee_float_env;
+  kernel(*problem, parallel);
+  return xla::ffi::Error::Success();
+}
+
 // A CUDA handler's body: the preamble's error, or launch(problem, buffers,
 // stream) with its launch status turned into the handler's error by
 // `to_error` (the family's handlers_cuda.cc says which error code a failure

@@ -3,9 +3,9 @@
 
 #include <cstdint>
 
-#include "common/scoped_ieee_float_env.h"
 #include "ffi/cpu_thread_pool.h"
 #include "ffi/dequantize_args.h"
+#include "ffi/handler_preamble.h"
 #include "grouped/dequantize_cpu.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -18,14 +18,10 @@ ffi::Error GroupedMxfp8DequantizeCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer da
                                          ffi::AnyBuffer scales, ffi::AnyBuffer sizes,
                                          ffi::Result<ffi::AnyBuffer> out,
                                          int64_t rows_per_unit) {
-  const ffi::ErrorOr<GroupedMxfp8DequantizeProblem> p = PrepareGroupedMxfp8Dequantize(
-      "eqx_quant_grouped_mxfp8_dequantize_cpu", data, scales, sizes, *out, rows_per_unit);
-  if (!p.has_value()) return p.error();
-  // IEEE subnormals under XLA's flush-to-zero CPU runtime (the helper threads
-  // of `parallel` switch themselves).
-  ScopedIeeeFloatEnv ieee_float_env;
-  cpu::GroupedMxfp8DequantizeBf16(*p, MakeParallelFor(pool));
-  return ffi::Error::Success();
+  // IEEE subnormals under XLA's flush-to-zero CPU runtime (ffi/handler_preamble.h).
+  return RunCpuProblem(PrepareGroupedMxfp8Dequantize("eqx_quant_grouped_mxfp8_dequantize_cpu",
+                                                     data, scales, sizes, *out, rows_per_unit),
+                       MakeParallelFor(pool), &cpu::GroupedMxfp8DequantizeBf16);
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // XLA FFI handler (CPU) of eqx_quant_mxfp8_dequantize (mxfp8/dequantize_cpu.h;
 // operands: ffi/dequantize_args.h).
 
-#include "common/scoped_ieee_float_env.h"
 #include "ffi/cpu_thread_pool.h"
 #include "ffi/dequantize_args.h"
+#include "ffi/handler_preamble.h"
 #include "mxfp8/dequantize_cpu.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -14,14 +14,10 @@ namespace ffi = xla::ffi;
 
 ffi::Error Mxfp8DequantizeCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer data,
                                   ffi::AnyBuffer scales, ffi::Result<ffi::AnyBuffer> out) {
-  const ffi::ErrorOr<Mxfp8DequantizeProblem> p =
-      PrepareMxfp8Dequantize("eqx_quant_mxfp8_dequantize_cpu", data, scales, *out);
-  if (!p.has_value()) return p.error();
-  // IEEE subnormals under XLA's flush-to-zero CPU runtime (the helper threads
-  // of `parallel` switch themselves).
-  ScopedIeeeFloatEnv ieee_float_env;
-  cpu::Mxfp8Dequantize(*p, MakeParallelFor(pool));
-  return ffi::Error::Success();
+  // IEEE subnormals under XLA's flush-to-zero CPU runtime (ffi/handler_preamble.h).
+  return RunCpuProblem(
+      PrepareMxfp8Dequantize("eqx_quant_mxfp8_dequantize_cpu", data, scales, *out),
+      MakeParallelFor(pool), &cpu::Mxfp8Dequantize);
 }
 
 }  // namespace

@@ -100,3 +100,19 @@ def test_grouped_mxfp8_kernel_matches_reference(shape, sizes, rows_per_unit, q_d
         for impl in ("ffi", "reference")
     )
     assert_same_bytes(np.asarray(got), np.asarray(want), f"{shape} {sizes} {q_dtype}")
+
+
+def test_kernels_name_a_bad_operand():
+    """Called through their FFI targets with operands that break the ops' contract, the kernels
+    fail with the target and the operand's expected form, instead of reading out of bounds."""
+    assert eqq.library_paths()  # loads the libraries and registers their targets
+    data = jax.lax.bitcast_convert_type(jnp.zeros((4, 64, 1), jnp.uint8), jnp.float8_e4m3fn)
+    call = jax.ffi.ffi_call("eqx_quant_mxfp8_dequantize_cpu",
+                            jax.ShapeDtypeStruct((4, 64, 1), jnp.bfloat16))
+    with pytest.raises(Exception, match=r"mxfp8_dequantize_cpu: scales must be U8 \(A, ceil"):
+        jax.jit(call)(data, jnp.zeros((4, 1, 1), jnp.uint8))
+    codes = jax.lax.bitcast_convert_type(jnp.zeros((6, 32), jnp.uint4), jnp.float4_e2m1fn)
+    call = jax.ffi.ffi_call("eqx_quant_nvfp4_dequantize_cpu",
+                            jax.ShapeDtypeStruct((6, 32), jnp.float32))
+    with pytest.raises(Exception, match="decode_scales must be F32 .E,. with E >= 1 dividing A"):
+        jax.jit(call)(codes, jnp.zeros((6, 2), jnp.uint8), jnp.ones((4,), jnp.float32))
