@@ -1,9 +1,11 @@
 #include "ffi/dequantize_args.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/grouped_layout.h"
+#include "ffi/operand_types.h"
 
 namespace eqx_quant {
 namespace {
@@ -18,17 +20,6 @@ bool HasDims(ffi::AnyBuffer::Dimensions dims, int64_t d0, int64_t d1, int64_t d2
   return dims.size() == 3 && dims[0] == d0 && dims[1] == d1 && dims[2] == d2;
 }
 
-bool ReadFp8Format(ffi::DataType type, Fp8Format* format) {
-  if (type == ffi::DataType::F8E4M3FN) {
-    *format = Fp8Format::kE4M3Fn;
-  } else if (type == ffi::DataType::F8E5M2) {
-    *format = Fp8Format::kE5M2;
-  } else {
-    return false;
-  }
-  return true;
-}
-
 bool IsValueType(ffi::DataType type) {
   return type == ffi::DataType::BF16 || type == ffi::DataType::F32;
 }
@@ -41,9 +32,9 @@ ffi::ErrorOr<Mxfp8DequantizeProblem> PrepareMxfp8Dequantize(const char* target,
                                                              ffi::AnyBuffer& out) {
   if (data.dimensions().size() != 3) return Invalid(target, "data must be 3-D (A, L, B)");
   Mxfp8DequantizeProblem p;
-  if (!ReadFp8Format(data.element_type(), &p.format)) {
-    return Invalid(target, "data must be F8E4M3FN or F8E5M2");
-  }
+  const std::optional<Fp8Format> format = Fp8FormatOf(data.element_type());
+  if (!format.has_value()) return Invalid(target, "data must be F8E4M3FN or F8E5M2");
+  p.format = *format;
   p.a = data.dimensions()[0];
   p.l = data.dimensions()[1];
   p.b = data.dimensions()[2];
@@ -100,9 +91,9 @@ ffi::ErrorOr<GroupedMxfp8DequantizeProblem> PrepareGroupedMxfp8Dequantize(
     const ffi::AnyBuffer& sizes, ffi::AnyBuffer& out, int64_t rows_per_unit) {
   if (data.dimensions().size() != 2) return Invalid(target, "data must be 2-D (R, N)");
   GroupedMxfp8DequantizeProblem p;
-  if (!ReadFp8Format(data.element_type(), &p.format)) {
-    return Invalid(target, "data must be F8E4M3FN or F8E5M2");
-  }
+  const std::optional<Fp8Format> format = Fp8FormatOf(data.element_type());
+  if (!format.has_value()) return Invalid(target, "data must be F8E4M3FN or F8E5M2");
+  p.format = *format;
   p.rows = data.dimensions()[0];
   p.cols = data.dimensions()[1];
   if (sizes.element_type() != ffi::DataType::S32 || sizes.dimensions().size() != 1 ||

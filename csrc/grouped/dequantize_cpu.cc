@@ -1,6 +1,8 @@
-// The groups' first rows and region offsets are computed once per call
-// (common/grouped_layout.h); a task finds the group of its first row by
-// binary search and then walks forward.
+// The groups' first rows and region offsets, and the decode tables, are
+// computed once per call (common/grouped_layout.h,
+// mxfp8/dequantize_block_cpu.h, whose block decode the dense kernel shares);
+// a task finds the group of its first row by binary search and then walks
+// forward.
 
 #include "grouped/dequantize_cpu.h"
 
@@ -9,9 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "common/fp8_format.h"
 #include "common/grouped_layout.h"
-#include "common/mx_decode.h"
+#include "mxfp8/dequantize_block_cpu.h"
 
 namespace eqx_quant::cpu {
 namespace {
@@ -21,11 +22,9 @@ using grouped::kMxfp8Block;
 // Elements below which a task is not worth a thread.
 constexpr int64_t kMinTaskElements = int64_t{1} << 16;
 
-template <typename Format>
-void DecodeRows(const GroupedMxfp8DequantizeProblem& p, const std::vector<int64_t>& starts,
-                const std::vector<int64_t>& offsets, int64_t begin, int64_t end) {
-  float payload[256];
-  for (uint32_t byte = 0; byte < 256; ++byte) payload[byte] = Fp8Value<Format>(byte);
+void DecodeRows(const GroupedMxfp8DequantizeProblem& p, const Mxfp8DecodeTables& t,
+                const std::vector<int64_t>& starts, const std::vector<int64_t>& offsets,
+                int64_t begin, int64_t end) {
   const int64_t blocks = grouped::CeilDiv(p.cols, kMxfp8Block);
   const int64_t padded_cols = grouped::PadTo(blocks, grouped::kTileCols);
   const int64_t grouped_end = starts[p.groups];
@@ -43,11 +42,9 @@ void DecodeRows(const GroupedMxfp8DequantizeProblem& p, const std::vector<int64_
     const uint8_t* data = p.data + r * p.cols;
     const uint8_t* region = p.scales + offsets[g];
     for (int64_t k = 0; k < blocks; ++k) {
-      const float scale = E8m0Value(region[grouped::SwizzleOffset(i, k, padded_cols)]);
-      const int64_t stop = std::min(p.cols, (k + 1) * kMxfp8Block);
-      for (int64_t c = k * kMxfp8Block; c < stop; ++c) {
-        out[c] = ToBf16Bits(payload[data[c]] * scale);
-      }
+      const int64_t first = k * kMxfp8Block;
+      DecodeMxfp8BlockBf16(data + first, std::min(p.cols, first + kMxfp8Block) - first,
+                           region[grouped::SwizzleOffset(i, k, padded_cols)], t, out + first);
     }
   }
 }
@@ -63,12 +60,10 @@ void GroupedMxfp8DequantizeBf16(const GroupedMxfp8DequantizeProblem& p,
   grouped::ScaleRegionOffsets(grouped::ScalePart::kRowwise, starts.data(), p.groups, p.cols,
                               kMxfp8Block, offsets.data());
   const int64_t min_rows = std::max<int64_t>(1, kMinTaskElements / p.cols);
+  Mxfp8DecodeTables tables;
+  FillMxfp8DecodeTables(p.format, tables);
   ParallelRanges(parallel, p.rows, min_rows, 1, [&](int64_t begin, int64_t end) {
-    if (p.format == Fp8Format::kE4M3Fn) {
-      DecodeRows<E4M3Fn>(p, starts, offsets, begin, end);
-    } else {
-      DecodeRows<E5M2>(p, starts, offsets, begin, end);
-    }
+    DecodeRows(p, tables, starts, offsets, begin, end);
   });
 }
 

@@ -7,9 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
-#include "common/mx_decode.h"
+#include "common/dequantize_store.h"
 #include "common/nvfp4_format.h"
 
 namespace eqx_quant::cpu {
@@ -19,30 +18,17 @@ constexpr int64_t kBlock = 16;
 // Elements below which a task is not worth a thread.
 constexpr int64_t kMinTaskElements = int64_t{1} << 16;
 
-// float32 (NaN as the quiet NaN 0x7FC00000) or bfloat16 bits (NaN as 0x7FC0).
-template <bool kF32>
-using Value = std::conditional_t<kF32, float, uint16_t>;
-
-template <bool kF32>
-Value<kF32> Stored(float value) {
-  if constexpr (kF32) {
-    return value != value ? BitsToFloat(0x7FC00000u) : value;
-  } else {
-    return ToBf16Bits(value);
-  }
-}
-
 template <bool kF32>
 void DecodeRows(const Nvfp4DequantizeProblem& p, const float (&e2m1)[16], int64_t begin,
                 int64_t end) {
   const int64_t blocks = (p.cols + kBlock - 1) / kBlock;
   const int64_t rows_per_example = p.rows / p.examples;
-  auto* out = static_cast<Value<kF32>*>(p.out);
+  auto* out = static_cast<StoredValue<kF32>*>(p.out);
   for (int64_t r = begin; r < end; ++r) {
     const float decode = p.decode_scales[r / rows_per_example];
     for (int64_t k = 0; k < blocks; ++k) {
       const float scale = E4M3ToFloat(p.scales[r * blocks + k]);
-      Value<kF32> table[16];
+      StoredValue<kF32> table[16];
       for (int code = 0; code < 16; ++code) {
         table[code] = Stored<kF32>((e2m1[code] * scale) * decode);
       }

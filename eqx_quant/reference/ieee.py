@@ -104,13 +104,16 @@ def divide(a: Float[Array, "*s"], b: Float[Array, "*s"]) -> Float[Array, "*s"]:
     return from_bits(jnp.where(nan, _u32(_QNAN), out))
 
 
-def _odd_and_exponent(divisor: float) -> tuple[int, int]:
-    """`(odd, k)` with `divisor == odd * 2^k`, for a positive finite float32 `divisor`."""
+def _odd_and_exponent(divisor: float) -> tuple[int, int] | None:
+    """`(odd, k)` with `divisor == odd * 2^k` for a positive float32 `divisor`; None for +inf
+    (a `2^margin` past float32's range)."""
     value = np.float32(divisor)
-    if not (np.isfinite(value) and value > 0):
+    if not value > 0:
         raise ValueError(
-            f"divide_by_constant: the divisor must be positive and finite, got {divisor}"
+            f"divide_by_constant: the divisor must be positive and finite, or +inf; got {divisor}"
         )
+    if not np.isfinite(value):
+        return None
     mantissa, exponent = np.frexp(np.float64(value))  # value = mantissa * 2^exponent, exactly
     odd, k = int(mantissa * 2**24), int(exponent) - 24
     while odd % 2 == 0:
@@ -120,12 +123,14 @@ def _odd_and_exponent(divisor: float) -> tuple[int, int]:
 
 @functools.partial(jax.jit, static_argnames="divisor")
 def divide_by_constant(a: Float[Array, "*s"], divisor: float) -> Float[Array, "*s"]:
-    """Correctly rounded float32 `a / divisor` for a constant `divisor = odd * 2^k` with
-    `odd < 64` (e.g. NVFP4's 2688 = 21 * 2^7), bit-identical to `divide`: the significand
-    shifted to 32 bits has a quotient of 26 or more bits in one uint32 division."""
-    odd, k = _odd_and_exponent(divisor)
-    if odd >= 64:
+    """Correctly rounded float32 `a / divisor` for a constant positive `divisor`, bit-identical
+    to `divide`. A divisor `odd * 2^k` with `odd < 64` (e.g. NVFP4's 2688 = 21 * 2^7) takes one
+    uint32 division (the significand shifted to 32 bits has a quotient of 26 or more bits);
+    any other (and +inf) goes through `divide`."""
+    split = _odd_and_exponent(divisor)
+    if split is None or split[0] >= 64:
         return divide(a, jnp.full_like(a, divisor, dtype=jnp.float32))
+    odd, k = split
     b = bits(a)
     mag, nan, inf, zero = _classify(b)
     sig, exp = _unpack(mag)  # a = sig * 2^(exp - 23)
