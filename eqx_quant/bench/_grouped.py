@@ -10,9 +10,10 @@ its own amax (a segment max); its colwise codes are left in the group-padded row
 per-group transpose of the op would add one more gather, so XLA's figure is a lower bound).
 The `_sr_` ops add stochastic rounding (how NVFP4 recipes quantize the gradients of an MoE
 layer): ours with `key` (Threefry bits per group), XLA's by uniform noise before the cast.
-The `fp8_block` ops (1x128 blocks from each group's first row) compare ours (a CPU kernel; on
-CUDA the dense FP8 block op on a group-aligned buffer) with the dense op on the same matrix
-(groups ignored), so the ratio is the price of the groups.
+The `fp8_block` ops (1x128 blocks, TE's power-of-two scales): rowwise blocks run along a row,
+so the dense jnp version serves every group; for the colwise copy, the rows scattered into a
+buffer where every group starts at a multiple of 128, quantized along its columns there, and
+each group's transpose gathered into the op's flat layout (a host-side table, as for MXFP8).
 """
 
 from collections.abc import Callable
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..reference import grouped, mxfp8
-from ._xla import mxfp8_blocks
+from ._xla import fp8_blocks, mxfp8_blocks
 
 OPS = (
     "grouped_mxfp8_row",
@@ -96,12 +97,7 @@ def xla(op: str, m: int, n: int):
 
     sizes = group_sizes(m)
     if "fp8_block" in op:
-        import eqx_quant as eqq
-
-        layout = (eqq.QuantizeLayout.ROWWISE_COLWISE if op.endswith("rowcol")
-                  else eqq.QuantizeLayout.ROWWISE)
-        dense_q = eqq.Float8BlockQuantizer(q_layout=layout)
-        return lambda x, scale: eqq.quantize(x, dense_q)
+        return _fp8_block_1x128(sizes, n, op.endswith("rowcol"))
     if op == "grouped_dbias":
         segments = jnp.asarray(np.repeat(np.arange(len(sizes)), sizes))
 
@@ -158,6 +154,34 @@ def xla(op: str, m: int, n: int):
         return out
 
     return grouped_op
+
+
+def _fp8_block_1x128(sizes: np.ndarray, n: int, colwise: bool):
+    aligned = -(-sizes // 128) * 128
+    padded_starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
+    to_padded = jnp.asarray(
+        np.concatenate([ps + np.arange(s) for ps, s in zip(padded_starts, sizes)]))
+    padded_rows = int(aligned.sum())
+    # Group g's transpose (n, size_g) at start_g * n of the flat colwise data: its element
+    # (i, j) is (i, padded_start_g + j) of the (n, padded_rows) colwise matrix.
+    flat = []
+    for ps, s in zip(padded_starts, sizes):
+        i, j = np.divmod(np.arange(n * s), max(s, 1))
+        flat.append(i * padded_rows + ps + j)
+    from_padded_t = jnp.asarray(np.concatenate(flat))
+
+    def grouped_fp8_block(x, scale):
+        del scale
+        row, row_scale = fp8_blocks(x, False)
+        out = {"row": row, "row_scale": row_scale}
+        if colwise:
+            padded = jnp.zeros((padded_rows, n), x.dtype).at[to_padded].set(x)
+            col, col_scale = fp8_blocks(padded.T, False)
+            out["col"] = col.reshape(-1)[from_padded_t]
+            out["col_scale"] = col_scale  # (n, sum of the groups' blocks)
+        return out
+
+    return grouped_fp8_block
 
 
 def bytes_moved(op: str, m: int, n: int, itemsize: int) -> int:

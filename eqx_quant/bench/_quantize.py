@@ -191,7 +191,7 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
         rows=rows,
     )
     header = (
-        f"{'op':<22} {'shape':>11} {'ours us':>9} {'b2b':>6} {'GB/s':>7} {'%copy':>6} "
+        f"{'op':<26} {'shape':>11} {'ours us':>9} {'b2b':>6} {'GB/s':>7} {'%copy':>6} "
         f"{'XLA us':>9} {'b2b':>6} {'GB/s':>7} {'%copy':>6} {'speedup':>7}"
     )
     log(header)
@@ -201,7 +201,7 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
         scale = jnp.asarray([FP8_MAX / 12.0], jnp.float32)
         for op in ops:
             if "mxfp8" in op and (m % 32 or n % 32):
-                log(f"{op:<22} {f'{m}x{n}':>11} skipped: MXFP8 needs multiples of 32")
+                log(f"{op:<26} {f'{m}x{n}':>11} skipped: MXFP8 needs multiples of 32")
                 continue
             if op.startswith("grouped"):
                 moved = _grouped.bytes_moved(op, m, n, 2)
@@ -235,7 +235,7 @@ def run_benchmark(sizes, reps: int, ops=OPS, log=print, on_row=None) -> dict:
             )
             rows.append(row)
             log(
-                f"{op:<22} {f'{m}x{n}':>11} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
+                f"{op:<26} {f'{m}x{n}':>11} {row['ours_us']:9.1f} {_cell(row['ours_b2b_us'])} "
                 f"{row['ours_gbps']:7.0f} {row['ours_pct_copy']:6.1f} {row['xla_us']:9.1f} "
                 f"{_cell(row['xla_b2b_us'])} {row['xla_gbps']:7.0f} {row['xla_pct_copy']:6.1f} "
                 f"{row['speedup']:7.2f}"

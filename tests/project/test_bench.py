@@ -194,3 +194,22 @@ def test_hand_written_dequantize_versions_compute_the_same_op():
         else:
             np.testing.assert_allclose(ours, theirs, rtol=2.0**-8, atol=0)
         assert np.abs(ours - np.asarray(x, np.float32)).max() < 0.5 * np.abs(ours).max()
+
+
+def test_hand_written_grouped_fp8_block_version_computes_the_same_op():
+    """The bench's jnp grouped 1x128 version (rowwise dense; colwise through a group-aligned
+    buffer and a gather) gives ours' bytes and scales on ragged groups."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        m, n = 512, 256
+        x = (jax.random.normal(jax.random.key(7), (m, n)) * 3).astype(jnp.bfloat16)
+        op = "grouped_fp8_block_rowcol"
+        ours = _bench_grouped.ours(op, m)(x, None)
+        xla = _bench_grouped.xla(op, m, n)(x, None)
+        used = xla["col_scale"].shape[1]
+        pairs = [(ours.rowwise.data, xla["row"]), (ours.rowwise.scale_inv, xla["row_scale"]),
+                 (ours.colwise.data, xla["col"]),
+                 (ours.colwise.scale_inv[:, :used], xla["col_scale"])]
+        for i, (a, b) in enumerate(pairs):
+            assert a.shape == b.shape, (i, a.shape, b.shape)
+            np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=str(i))
+        assert not np.asarray(ours.colwise.scale_inv[:, used:]).any()
