@@ -175,3 +175,31 @@ def test_cuda_grouped_fp8_kernels_within_the_fp8_mma_bound(tile, fast):
         assert worst <= 1.0, (tile, fast, g, worst)
         start += count
     np.testing.assert_array_equal(got[start:], 0.0)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_cuda_grouped_dense_bad_sizes_act_as_their_clamped_sizes(recipe):
+    # Sizes the user got wrong (a negative one, a sum past M) with check=False: the grouped
+    # ops clamp them as grouped_quantize does, so the kernels see only rows of x and slices
+    # of w (compute-sanitizer's memcheck runs this test), and the forward pass and both
+    # gradients are those of the clamped sizes, bit for bit.
+    bad = jnp.asarray([300, -50, 400, 100], jnp.int32)
+    clamped = jnp.asarray([300, 0, M - 300, 0], jnp.int32)
+    qs = eqq.DenseQuantizers(*(make() for make in RECIPES[recipe]))
+    x = _on_gpu(jnp.asarray(random_input((M, K), jnp.bfloat16, seed=12)))
+    w = _on_gpu(jnp.asarray(random_input((G, K, N), jnp.bfloat16, seed=13, scale=0.2)))
+    c = _on_gpu(jnp.asarray(random_input((M, N), jnp.float32, seed=14)))
+
+    def loss(x, w, s):
+        y = eqq.grouped_dense(x, w, s, quantizers=qs, check=False)
+        return jnp.sum(y.astype(jnp.float32) * c), y
+
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+    assert "eqx_quant_grouped_gemm_cuda" in _custom_calls(step, x, w, _on_gpu(bad))
+    (_, y_bad), grads_bad = step(x, w, _on_gpu(bad))
+    (_, y_ok), grads_ok = step(x, w, _on_gpu(clamped))
+    for got, want in zip((y_bad, *grads_bad), (y_ok, *grads_ok)):
+        np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)),
+                                      np.asarray(want.astype(jnp.float32)))
+    for empty in (1, 3):  # the clamped sizes leave these experts no rows
+        assert not np.asarray(grads_ok[1][empty].astype(jnp.float32)).any()
