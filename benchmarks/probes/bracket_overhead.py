@@ -39,7 +39,8 @@ def main():
             events, lambda x, s, a, b, c, op=op: [op(v, s) for v in (x, a, b, c)],
             xs, (scale, *extra), 5,
         )["seconds"]
-        print(f"{name:18s} alone {one * 1e6:8.2f} us   4 per bracket {four * 1e6 / 4:8.2f} us per op")
+        print(f"{name:18s} alone {one * 1e6:8.2f} us   "
+              f"4 per bracket {four * 1e6 / 4:8.2f} us per op")
 
     key = jax.random.PRNGKey(0)
     data = {

@@ -1,5 +1,5 @@
 """Where the block-format GEMMs lose to a bf16 GEMM on the H200, and what XLA's cuDNN
-ragged-dot fusion gives the grouped GEMMs (run by `benchmarks/probes/gpu_gemm_paths`; forty-first session).
+ragged-dot fusion gives the grouped GEMMs (run by `benchmarks/probes/gpu_gemm_paths`).
 
 The bench (`--gemms`, 8192^3) measured `mxfp8_gemm` 2583 us and `nvfp4_gemm` 3173 us against
 1532 us for a bf16 GEMM: ~1050 / 1650 us over it, ten times what the dequantization's bytes
