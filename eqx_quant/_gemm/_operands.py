@@ -26,7 +26,7 @@ contracted dim with one sign mask (`(H D a) . (H D b) = a . b`: H D is orthogona
 pairs are multiplied without undoing it, as TE's GEMM does. An operand whose RHT does not
 cancel (only one side has it, or the masks differ) is undone in float32, which bfloat16
 cannot hold: such pairs are multiplied in float32 at HIGHEST precision (on an H200, 0.06x a
-bf16 GEMM against 0.5-0.6x for the bfloat16 path; docs/performance.md).
+bf16 GEMM against ~0.9x for the bfloat16 path; docs/performance.md).
 """
 
 import math
