@@ -132,7 +132,8 @@ class OpSpec:
     - `sharding_rule(params, mesh, value_types, result_types) -> str`: Shardy rule.
     - `partition(params, mesh, arg_infos, result_infos) -> (local_fn, result_specs, arg_specs)`:
       `local_fn(bind_inner, *local_args)` computes the local result (and any collectives).
-    - `unsharded(params, bind_inner, *args)`: the same on one device (no collectives).
+    - `unsharded(params, bind_inner, *args)`: the same on one device (no collectives); by
+      default the inner op on the same arguments.
     - `kernel_platforms`: the platforms with a compiled kernel; elsewhere the inner
       primitive lowers to the reference (the grouped GEMM is XLA's `ragged_dot` on CPU).
     - `ffi_off_kernel_platforms`: what `impl="ffi"` does on a platform without a kernel:
@@ -146,7 +147,7 @@ class OpSpec:
     batch: Callable[..., tuple]
     sharding_rule: Callable[..., str]
     partition: Callable[..., tuple]
-    unsharded: Callable[..., tuple]
+    unsharded: Callable[..., tuple] | None = None
     kernel_platforms: tuple[str, ...] = ("cpu", "cuda")
     batch_outputs: Callable[..., tuple] | None = None
     ffi_off_kernel_platforms: str = "reference"
@@ -250,6 +251,8 @@ class Op:
         inner_bind = self.bind_inner
 
         def body(params, *args):
+            if spec.unsharded is None:
+                return tuple(inner_bind(*args, params=params))
             return tuple(spec.unsharded(params, inner_bind, *args))
 
         partitioned = custom_partitioning(body, static_argnums=(0,))

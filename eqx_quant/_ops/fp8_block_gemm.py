@@ -141,10 +141,6 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, (PartitionSpec(m, n),), arg_specs
 
 
-def _unsharded(params, bind_inner, *args):
-    return bind_inner(*args, params=params)
-
-
 fp8_block_gemm_op = Op(
     OpSpec(
         name="fp8_block_gemm",
@@ -155,7 +151,6 @@ fp8_block_gemm_op = Op(
         batch_outputs=_batch_outputs,
         sharding_rule=_sharding_rule,
         partition=_partition,
-        unsharded=_unsharded,
         kernel_platforms=("cuda",),
     )
 )

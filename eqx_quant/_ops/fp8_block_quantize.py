@@ -156,10 +156,6 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, result_specs, (x_spec,)
 
 
-def _unsharded(params, bind_inner, x):
-    return bind_inner(x, params=params)
-
-
 fp8_block_quantize_op = Op(
     OpSpec(
         name="fp8_block_quantize",
@@ -169,7 +165,6 @@ fp8_block_quantize_op = Op(
         batch=_batch,
         sharding_rule=_sharding_rule,
         partition=_partition,
-        unsharded=_unsharded,
         kernel_platforms=("cpu",),
         ffi_off_kernel_platforms="error",
     )

@@ -81,10 +81,6 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, (whole,), (whole,)
 
 
-def _unsharded(params, bind_inner, sizes):
-    return bind_inner(sizes, params=params)
-
-
 group_sizes_check_op = Op(
     OpSpec(
         name="group_sizes_check",
@@ -94,7 +90,6 @@ group_sizes_check_op = Op(
         batch=_batch,
         sharding_rule=_sharding_rule,
         partition=_partition,
-        unsharded=_unsharded,
         kernel_platforms=("cpu", "cuda"),
     )
 )

@@ -74,10 +74,6 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, (whole[0],), whole
 
 
-def _unsharded(params, bind_inner, *args):
-    return bind_inner(*args, params=params)
-
-
 grouped_mxfp8_dequantize_op = Op(
     OpSpec(
         name="grouped_mxfp8_dequantize",
@@ -87,6 +83,5 @@ grouped_mxfp8_dequantize_op = Op(
         batch=_batch,
         sharding_rule=_sharding_rule,
         partition=_partition,
-        unsharded=_unsharded,
     )
 )

@@ -343,10 +343,6 @@ def _gathered_scales(params, outs, rows, local_groups: int, cols: int, result_in
     return tuple(outs)
 
 
-def _unsharded(params, bind_inner, *args):
-    return bind_inner(*args, params=params)
-
-
 def _op(name: str, **kernels) -> Op:
     return Op(
         OpSpec(
@@ -357,7 +353,6 @@ def _op(name: str, **kernels) -> Op:
             batch=_batch,
             sharding_rule=_sharding_rule,
             partition=_partition,
-            unsharded=_unsharded,
             **kernels,
         )
     )

@@ -64,10 +64,6 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, (data_spec,), (data_spec, data_spec)
 
 
-def _unsharded(params, bind_inner, *args):
-    return bind_inner(*args, params=params)
-
-
 mxfp8_dequantize_op = Op(
     OpSpec(
         name="mxfp8_dequantize",
@@ -78,7 +74,6 @@ mxfp8_dequantize_op = Op(
         batch_outputs=unfold_rows,
         sharding_rule=_sharding_rule,
         partition=_partition,
-        unsharded=_unsharded,
     )
 )
 

@@ -70,10 +70,6 @@ def _partition(params, mesh, arg_infos, result_infos):
     return local_fn, (row_spec,), (row_spec, row_spec, decode_spec)
 
 
-def _unsharded(params, bind_inner, *args):
-    return bind_inner(*args, params=params)
-
-
 nvfp4_dequantize_op = Op(
     OpSpec(
         name="nvfp4_dequantize",
@@ -84,6 +80,5 @@ nvfp4_dequantize_op = Op(
         batch_outputs=unfold_rows,
         sharding_rule=_sharding_rule,
         partition=_partition,
-        unsharded=_unsharded,
     )
 )
