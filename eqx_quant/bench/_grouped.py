@@ -84,6 +84,15 @@ def _swizzled_gather(m: int, cols: int, sizes: np.ndarray) -> np.ndarray:
     return table
 
 
+def _group_aligned(sizes: np.ndarray, block: int):
+    """(each group's rows rounded up to `block`, where each group starts in a buffer of those,
+    each row's place in it): the buffer where no block straddles two groups."""
+    aligned = -(-sizes // block) * block
+    padded_starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
+    to_padded = np.concatenate([ps + np.arange(s) for ps, s in zip(padded_starts, sizes)])
+    return aligned, padded_starts, jnp.asarray(to_padded)
+
+
 def _nvfp4_blocks(xb, s_enc, axis: int):
     """(E2M1 codes, E4M3 scales) of the blocks of 16 along `axis` of a 3-D f32 `xb`, with the
     global encode scale `s_enc` broadcastable against the block amaxes."""
@@ -109,12 +118,8 @@ def xla(op: str, m: int, n: int):
         return dbias
     block = 16 if "nvfp4" in op else 32
     row_table = jnp.asarray(_swizzled_gather(m, n // block, sizes))
-    aligned = -(-sizes // block) * block
+    aligned, padded_starts, to_padded = _group_aligned(sizes, block)
     padded_rows = int(aligned.sum())
-    padded_starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
-    to_padded = jnp.asarray(
-        np.concatenate([ps + np.arange(s) for ps, s in zip(padded_starts, sizes)])
-    )
 
     segments = jnp.asarray(np.repeat(np.arange(len(sizes)), sizes))
     padded_segments = jnp.asarray(np.repeat(np.arange(len(sizes)), aligned))
@@ -157,10 +162,7 @@ def xla(op: str, m: int, n: int):
 
 
 def _fp8_block_1x128(sizes: np.ndarray, n: int, colwise: bool):
-    aligned = -(-sizes // 128) * 128
-    padded_starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
-    to_padded = jnp.asarray(
-        np.concatenate([ps + np.arange(s) for ps, s in zip(padded_starts, sizes)]))
+    aligned, padded_starts, to_padded = _group_aligned(sizes, 128)
     padded_rows = int(aligned.sum())
     # Group g's transpose (n, size_g) at start_g * n of the flat colwise data: its element
     # (i, j) is (i, padded_start_g + j) of the (n, padded_rows) colwise matrix.
