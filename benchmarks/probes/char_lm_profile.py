@@ -33,6 +33,7 @@ import optax
 
 import eqx_quant.nn as qnn
 from eqx_quant._formats import _tensor_scaling
+from eqx_quant.nn import _linear
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CATEGORIES = [
@@ -69,6 +70,15 @@ def _xla_amax(self, x, quantizer, *, amax_axes, **kwargs):
     return _KERNEL_AMAX(self, x, quantizer, amax_axes=amax_axes, **kwargs)
 
 
+_KERNEL_STATIC = _linear.make_static
+
+
+def _reference_static(x, kernel, bias, n, kernel_last, q_static, impl, *rest, **kwargs):
+    del impl
+    return _KERNEL_STATIC(x, kernel, bias, n, kernel_last, q_static, "reference", *rest,
+                          **kwargs)
+
+
 def category(name: str) -> str:
     for label, pattern in CATEGORIES:
         if re.search(pattern, name):
@@ -100,6 +110,7 @@ def kernel_times(trace_dir: pathlib.Path, steps: int) -> collections.Counter:
 def profile(lm, name: str, cfg, tokens: np.ndarray, steps: int) -> dict:
     _tensor_scaling.TensorScalingFormat.quantize = (
         _xla_amax if name.endswith("+xamax") else _KERNEL_AMAX)
+    _linear.make_static = _reference_static if name.endswith("+ref") else _KERNEL_STATIC
     jax.clear_caches()  # the quantize's inner jit would keep the other variant's trace
     model = lm.GPT(cfg, jax.random.key(0))
     model = qnn.quantize_model(model, lm.RECIPES[name.split("+")[0]],
